@@ -1,0 +1,174 @@
+"""Target specifications: a folder with ``target.toml``, the seed program and its evaluator.
+
+``target.toml`` keys (unknown keys are an error)::
+
+    name        = "topk_sampling"            # unique within an experiment
+    kind        = "function"                 # evaluator kind: function, kernel, routing, speculative
+    description = "..."                      # goes into the LLM prompt
+    editable    = ["program.py"]             # files a proposer may change (EVOLVE-BLOCKs inside)
+    objectives  = [{ metric = "time_s", direction = "minimize" }]
+    noise       = "timing"                   # "timing" (bootstrap CI) or "deterministic" (exact + held-out)
+    min_gain    = 0.05                       # a winner must be this much better (fraction)
+    timeout_s   = 60                         # wall-clock limit of one sandboxed evaluation
+    [evaluator]                              # settings for the kind's evaluator (free-form, kind-checked)
+
+This module imports only the standard library so that evaluators can use it on a GPU
+machine that has nothing but torch and triton.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from optimizer.errors import ConfigError
+
+_TARGET_KEYS = {
+    "name",
+    "kind",
+    "description",
+    "editable",
+    "objectives",
+    "noise",
+    "min_gain",
+    "timeout_s",
+    "evaluator",
+}
+
+
+@dataclass(frozen=True)
+class Objective:
+    metric: str
+    direction: str = "minimize"  # or "maximize"
+
+    @property
+    def minimize(self) -> bool:
+        return self.direction == "minimize"
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    name: str
+    kind: str
+    path: Path  # the trusted folder in the workspace (absolute)
+    rel_path: str  # the same folder relative to the workspace root ("targets/function/x")
+    description: str
+    editable: tuple[str, ...]
+    objectives: tuple[Objective, ...]
+    noise: str = "timing"
+    min_gain: float = 0.05
+    timeout_s: float = 120.0
+    evaluator: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def primary(self) -> Objective:
+        return self.objectives[0]
+
+    def seed_files(self) -> dict[str, str]:
+        return {rel: (self.path / rel).read_text() for rel in self.editable}
+
+
+def _merge(base: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_target(
+    folder: Path, workspace: Path, overrides: Mapping[str, Any] | None = None
+) -> TargetSpec:
+    """Read ``folder/target.toml``; ``overrides`` (from the experiment or --set) win."""
+    folder = folder if folder.is_absolute() else workspace / folder
+    toml_path = folder / "target.toml"
+    shown = str(toml_path.relative_to(workspace)) if toml_path.is_relative_to(workspace) else str(
+        toml_path
+    )
+    if not toml_path.is_file():
+        raise ConfigError(
+            "no target.toml here; a target is a folder with target.toml and its seed files",
+            file=shown,
+        )
+    try:
+        data = tomllib.loads(toml_path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML: {exc}", file=shown) from None
+    data = _merge(data, overrides or {})
+    unknown = set(data) - _TARGET_KEYS
+    if unknown:
+        raise ConfigError(
+            f"unknown key(s) {sorted(unknown)}; allowed: {sorted(_TARGET_KEYS)}",
+            file=shown,
+            key=sorted(unknown)[0],
+        )
+    for key in ("name", "kind", "editable"):
+        if key not in data:
+            raise ConfigError("missing required key", file=shown, key=key)
+    name, kind = data["name"], data["kind"]
+    if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
+        raise ConfigError("must be a string of letters, digits, '_' or '-'", file=shown, key="name")
+    editable = data["editable"]
+    if not isinstance(editable, list) or not editable or not all(
+        isinstance(e, str) for e in editable
+    ):
+        raise ConfigError("must be a non-empty list of file names", file=shown, key="editable")
+    for rel in editable:
+        if not (folder / rel).is_file():
+            raise ConfigError(f"editable file '{rel}' does not exist", file=shown, key="editable")
+    raw_objs = data.get("objectives", [{"metric": "time_s", "direction": "minimize"}])
+    objectives = []
+    if not isinstance(raw_objs, list) or not raw_objs:
+        raise ConfigError("must be a non-empty list of tables", file=shown, key="objectives")
+    for i, obj in enumerate(raw_objs):
+        if not isinstance(obj, dict) or set(obj) - {"metric", "direction"} or "metric" not in obj:
+            raise ConfigError(
+                "each objective is { metric = \"...\", direction = \"minimize\"|\"maximize\" }",
+                file=shown,
+                key=f"objectives[{i}]",
+            )
+        direction = obj.get("direction", "minimize")
+        if direction not in ("minimize", "maximize"):
+            raise ConfigError(
+                f"direction must be 'minimize' or 'maximize', not {direction!r}",
+                file=shown,
+                key=f"objectives[{i}].direction",
+            )
+        objectives.append(Objective(str(obj["metric"]), direction))
+    noise = data.get("noise", "timing")
+    if noise not in ("timing", "deterministic"):
+        raise ConfigError(
+            f"must be 'timing' or 'deterministic', not {noise!r}", file=shown, key="noise"
+        )
+    min_gain = data.get("min_gain", 0.05)
+    timeout_s = data.get("timeout_s", 120.0)
+    for key, value in (("min_gain", min_gain), ("timeout_s", timeout_s)):
+        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+            raise ConfigError("must be a non-negative number", file=shown, key=key)
+    evaluator = data.get("evaluator", {})
+    if not isinstance(evaluator, dict):
+        raise ConfigError("must be a table", file=shown, key="evaluator")
+    try:
+        rel_path = str(folder.resolve().relative_to(workspace.resolve()))
+    except ValueError:
+        raise ConfigError(
+            "targets must live inside the workspace git repository", file=shown
+        ) from None
+    return TargetSpec(
+        name=name,
+        kind=str(kind),
+        path=folder.resolve(),
+        rel_path=rel_path,
+        description=str(data.get("description", "")),
+        editable=tuple(editable),
+        objectives=tuple(objectives),
+        noise=noise,
+        min_gain=float(min_gain),
+        timeout_s=float(timeout_s),
+        evaluator=evaluator,
+    )
