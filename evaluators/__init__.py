@@ -16,6 +16,9 @@ __all__ = ["EvalContext", "Evaluator", "get", "kinds", "register", "result_from_
 # kind -> "module:Class"; add a line here when a kind joins.
 _BUILTIN: dict[str, str] = {
     "function": "evaluators.function:FunctionEvaluator",
+    "kernel": "evaluators.kernels:KernelEvaluator",
+    "routing": "evaluators.routing:RoutingEvaluator",
+    "speculative": "evaluators.speculative:SpeculativeEvaluator",
 }
 _REGISTERED: dict[str, type[Evaluator]] = {}
 

@@ -97,6 +97,9 @@ class Evaluator(ABC):
     """Base of every target kind's evaluator (see module docstring for the contract)."""
 
     kind: ClassVar[str] = ""
+    # Modules a warm sandbox process imports once before forking candidates
+    # (e.g. ("torch", "triton")); never anything that creates a CUDA context.
+    preload: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, target: TargetSpec):
         self.target = target

@@ -60,5 +60,8 @@ class Proposer(ABC):
     def propose(self, context: ProposalContext) -> Proposal:
         """Return the next proposal (never raise for a bad model answer)."""
 
+    def observe(self, entry: ArchiveEntry) -> None:
+        """Hear how a candidate this proposer made ended (for bandits); optional."""
+
     def close(self) -> None:
         """Release clients and files."""
