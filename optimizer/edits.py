@@ -3,12 +3,49 @@
 Editable regions sit between a line containing ``# EVOLVE-BLOCK-START`` and a line
 containing ``# EVOLVE-BLOCK-END``; outside them nothing may change. A file without any
 marker is editable as a whole.
+
+The answer format (the prompt in ``optimizer/proposers/prompts/edit_format.txt`` shows it
+to the model) has two kinds of edit:
+
+SEARCH/REPLACE blocks: the file path alone on the line before the block (optionally in
+backticks, after ``File:``, or as a markdown heading; a code fence may sit in between),
+then::
+
+    <<<<<<< SEARCH
+    exact old lines
+    =======
+    new lines
+    >>>>>>> REPLACE
+
+A block without its own path line continues the previous block's file. SEARCH text is
+whole lines and must occur exactly once, starting at the beginning of a line.
+
+Whole-file rewrites: a line ``File: <path>`` (or the path alone, or in backticks) followed
+by a fenced code block holding the complete new file. Text outside the EVOLVE-BLOCKs must
+come back byte-identical.
 """
 
 from __future__ import annotations
 
+import difflib
+import re
+from collections.abc import Mapping, Sequence
+
+from optimizer.errors import EditError
+from optimizer.records import FileEdit
+
 START = "EVOLVE-BLOCK-START"
 END = "EVOLVE-BLOCK-END"
+
+SEARCH_MARK = "<<<<<<< SEARCH"
+DIVIDER_MARK = "======="
+REPLACE_MARK = ">>>>>>> REPLACE"
+
+_SEARCH_RE = re.compile(r"^\s*<{5,9} ?SEARCH\s*$")
+_DIVIDER_RE = re.compile(r"^\s*={5,9}\s*$")
+_REPLACE_RE = re.compile(r"^\s*>{5,9} ?REPLACE\s*$")
+_FENCE_OPEN_RE = re.compile(r"^(`{3,})[\w.+-]*\s*$")
+_PATH_PREFIX_RE = re.compile(r"^(?:file|path|full file|filename)\s*:\s*", re.IGNORECASE)
 
 
 def evolve_regions(source: str) -> list[tuple[int, int]]:
@@ -37,3 +74,364 @@ def evolve_regions(source: str) -> list[tuple[int, int]]:
     if not regions and START not in source:
         return [(0, len(source))]
     return regions
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _clean_path(line: str) -> tuple[str, bool]:
+    """The path named by ``line`` and whether it was explicitly labelled (``File:``)."""
+    text = line.strip().lstrip("#").strip().strip("*").strip()
+    labelled = bool(_PATH_PREFIX_RE.match(text))
+    text = _PATH_PREFIX_RE.sub("", text).strip().strip("*`'\"").strip()
+    text = text.rstrip(":").strip().strip("`")
+    if text.startswith("./"):
+        text = text[2:]
+    return text, labelled
+
+
+def _resolve_path(name: str, editable: Sequence[str]) -> str | None:
+    if name in editable:
+        return name
+    # "targets/kernels/softmax/kernel.py" for the editable "kernel.py": same file.
+    hits = [e for e in editable if name.endswith("/" + e)]
+    return hits[0] if len(hits) == 1 else None
+
+
+def _not_editable(name: str, editable: Sequence[str], where: str) -> EditError:
+    allowed = ", ".join(editable)
+    if " " in name.strip():
+        return EditError(
+            f"{where}: the line before it must be the file path alone, got {name!r}; "
+            f"editable files: {allowed}"
+        )
+    return EditError(
+        f"{where}: file {name!r} may not be edited; only these files may: {allowed}",
+        file=name,
+    )
+
+
+def _fence_close(lines: list[str], start: int, ticks: int) -> int | None:
+    for j in range(start, len(lines)):
+        stripped = lines[j].strip()
+        if stripped and set(stripped) == {"`"} and len(stripped) >= ticks:
+            return j
+    return None
+
+
+def _previous_line(lines: list[str], i: int, skip_fences: bool) -> int | None:
+    j = i - 1
+    while j >= 0:
+        stripped = lines[j].strip()
+        if stripped and not (skip_fences and _FENCE_OPEN_RE.match(stripped)):
+            return j
+        j -= 1
+    return None
+
+
+def parse_edits(text: str, editable: Sequence[str]) -> list[FileEdit]:
+    """Parse a model's answer into edits, one :class:`FileEdit` per file, in answer order.
+
+    Raises :class:`EditError` for a file not in ``editable``, an unterminated block, a
+    file given both blocks and a rewrite, or an answer without any edit.
+    """
+    lines = text.splitlines(keepends=True)
+    blocks: dict[str, list[tuple[str, str]]] = {}
+    rewrites: dict[str, str] = {}
+    order: list[str] = []
+    last_path: str | None = None
+    i = 0
+    n_block = 0
+    closers: set[int] = set()  # closing fences of fences that wrap SEARCH/REPLACE blocks
+    while i < len(lines):
+        line = lines[i]
+        if i in closers:
+            i += 1
+            continue
+        if _SEARCH_RE.match(line):
+            n_block += 1
+            where = f"SEARCH/REPLACE block {n_block} (answer line {i + 1})"
+            j = _previous_line(lines, i, skip_fences=True)
+            if j is None or _REPLACE_RE.match(lines[j]):
+                if last_path is None:
+                    raise EditError(
+                        f"{where}: no file path on the line before it; put the path of an "
+                        f"editable file ({', '.join(editable)}) alone on that line"
+                    )
+                path = last_path
+            else:
+                name, _ = _clean_path(lines[j])
+                resolved = _resolve_path(name, editable)
+                if resolved is None:
+                    raise _not_editable(name, editable, where)
+                path = resolved
+            k = i + 1
+            while k < len(lines) and not _DIVIDER_RE.match(lines[k]):
+                if _SEARCH_RE.match(lines[k]) or _REPLACE_RE.match(lines[k]):
+                    break
+                k += 1
+            if k >= len(lines) or not _DIVIDER_RE.match(lines[k]):
+                raise EditError(
+                    f"{where} for {path}: unterminated, no '{DIVIDER_MARK}' line after "
+                    f"'{SEARCH_MARK}'; every block needs SEARCH, {DIVIDER_MARK} and REPLACE",
+                    file=path,
+                )
+            m = k + 1
+            while m < len(lines) and not _REPLACE_RE.match(lines[m]):
+                if _SEARCH_RE.match(lines[m]) or _DIVIDER_RE.match(lines[m]):
+                    break
+                m += 1
+            if m >= len(lines) or not _REPLACE_RE.match(lines[m]):
+                raise EditError(
+                    f"{where} for {path}: unterminated, no '{REPLACE_MARK}' line after "
+                    f"'{DIVIDER_MARK}' (was the answer cut off?)",
+                    file=path,
+                )
+            search, replace = "".join(lines[i + 1 : k]), "".join(lines[k + 1 : m])
+            if path in rewrites:
+                raise EditError(
+                    f"{path}: both a whole-file rewrite and SEARCH/REPLACE blocks; use one",
+                    file=path,
+                )
+            if path not in blocks:
+                blocks[path] = []
+                order.append(path)
+            blocks[path].append((search, replace))
+            last_path = path
+            i = m + 1
+            continue
+        fence = _FENCE_OPEN_RE.match(line.strip()) if not line[:1].isspace() else None
+        if fence:
+            close = _fence_close(lines, i + 1, len(fence.group(1)))
+            inner = lines[i + 1 : close if close is not None else len(lines)]
+            if any(_SEARCH_RE.match(x) for x in inner):
+                if close is not None:
+                    closers.add(close)
+                i += 1  # a fence around SEARCH/REPLACE blocks: parse them one by one
+                continue
+            j = _previous_line(lines, i, skip_fences=False)
+            if j is not None:
+                name, labelled = _clean_path(lines[j])
+                resolved = _resolve_path(name, editable)
+                looks_like_path = labelled or (
+                    name != "" and " " not in name and ("." in name or "/" in name)
+                )
+                if resolved is None and looks_like_path:
+                    raise _not_editable(name, editable, f"code block at answer line {i + 1}")
+                if resolved is not None:
+                    if close is None:
+                        raise EditError(
+                            f"whole-file rewrite of {resolved}: the code block is not closed "
+                            "(was the answer cut off?)",
+                            file=resolved,
+                        )
+                    if resolved in blocks or resolved in rewrites:
+                        raise EditError(
+                            f"{resolved}: rewritten more than once, or rewritten and edited "
+                            "with SEARCH/REPLACE blocks; use one kind of edit per file",
+                            file=resolved,
+                        )
+                    rewrites[resolved] = "".join(inner)
+                    order.append(resolved)
+                    last_path = resolved
+            i = (close if close is not None else len(lines)) + 1
+            continue
+        if _REPLACE_RE.match(line) or (_DIVIDER_RE.match(line) and last_path is not None):
+            raise EditError(
+                f"answer line {i + 1}: '{line.strip()}' outside a SEARCH/REPLACE block; "
+                f"each block starts with '{SEARCH_MARK}'"
+            )
+        i += 1
+    if not order:
+        raise EditError(
+            "the answer contains no edit: give SEARCH/REPLACE blocks (file path on the line "
+            "before '<<<<<<< SEARCH') or a whole-file rewrite ('File: <path>' followed by a "
+            f"fenced code block); editable files: {', '.join(editable)}"
+        )
+    return [
+        FileEdit(path=p, content=rewrites[p])
+        if p in rewrites
+        else FileEdit(path=p, blocks=tuple(blocks[p]))
+        for p in order
+    ]
+
+
+def format_edits(edits: Sequence[FileEdit]) -> str:
+    """Write edits in the answer format; ``parse_edits`` reads them back unchanged."""
+    out: list[str] = []
+    for edit in edits:
+        if edit.content is not None:
+            longest = max((len(m) for m in re.findall(r"`{3,}", edit.content)), default=2)
+            ticks = "`" * max(3, longest + 1)
+            body = (
+                edit.content
+                if edit.content.endswith("\n") or not edit.content
+                else (edit.content + "\n")
+            )
+            out.append(f"File: {edit.path}\n{ticks}python\n{body}{ticks}\n")
+            continue
+        for search, replace in edit.blocks:
+            out.append(
+                f"{edit.path}\n{SEARCH_MARK}\n{search}{DIVIDER_MARK}\n{replace}{REPLACE_MARK}\n"
+            )
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- applying
+
+
+def _line_of(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _occurrences(text: str, search: str) -> list[int]:
+    """Start offsets where ``search`` occurs beginning at a line start."""
+    hits: list[int] = []
+    pos = text.find(search)
+    while pos != -1:
+        if pos == 0 or text[pos - 1] == "\n":
+            hits.append(pos)
+        pos = text.find(search, pos + 1)
+    return hits
+
+
+def closest_match(text: str, search: str) -> tuple[int, int, float, str]:
+    """The window of ``text`` with as many lines as ``search`` that is most similar.
+
+    Returns (first line, last line, similarity 0..1, window text); (0, 0, 0.0, "") for an
+    empty text.
+    """
+    lines = text.splitlines(keepends=True)
+    want = max(1, len(search.splitlines()))
+    best = (0, 0, 0.0, "")
+    matcher = difflib.SequenceMatcher(autojunk=False)
+    matcher.set_seq2(search)
+    for start in range(0, max(1, len(lines) - want + 1)):
+        window = "".join(lines[start : start + want])
+        matcher.set_seq1(window)
+        if matcher.real_quick_ratio() <= best[2] or matcher.quick_ratio() <= best[2]:
+            continue
+        ratio = matcher.ratio()
+        if ratio > best[2]:
+            best = (start + 1, min(start + want, len(lines)), ratio, window)
+    return best
+
+
+def _outside(source: str, regions: list[tuple[int, int]]) -> list[str]:
+    """The non-editable segments of ``source``, in order (markers included)."""
+    segments, pos = [], 0
+    for start, end in regions:
+        segments.append(source[pos:start])
+        pos = end
+    segments.append(source[pos:])
+    return segments
+
+
+def _regions(source: str, path: str, what: str) -> list[tuple[int, int]]:
+    try:
+        return evolve_regions(source)
+    except ValueError as exc:
+        raise EditError(
+            f"{path}: {what} has unbalanced EVOLVE-BLOCK markers ({exc}); keep every "
+            f"'# {START}' and '# {END}' line exactly where it is",
+            file=path,
+        ) from None
+
+
+def _check_outside_unchanged(old: str, new: str, path: str) -> None:
+    old_out = _outside(old, _regions(old, path, "the original"))
+    new_out = _outside(new, _regions(new, path, "the new text"))
+    if len(old_out) != len(new_out):
+        raise EditError(
+            f"{path}: the edit changes the number of EVOLVE-BLOCKs ({len(old_out) - 1} -> "
+            f"{len(new_out) - 1}); markers must stay intact and in place",
+            file=path,
+        )
+    old_regions = evolve_regions(old)
+    for k, (a, b) in enumerate(zip(old_out, new_out, strict=True)):
+        if a != b:
+            seg_start = 0 if k == 0 else old_regions[k - 1][1]
+            line = _line_of(old, seg_start + len(_common_prefix(a, b)))
+            raise EditError(
+                f"{path}: line {line} lies outside every EVOLVE-BLOCK and was changed; only "
+                f"text between '# {START}' and '# {END}' may change",
+                file=path,
+            )
+
+
+def _common_prefix(a: str, b: str) -> str:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return a[:n]
+
+
+def _apply_block(text: str, search: str, replace: str, path: str, index: int) -> str:
+    where = f"{path}: SEARCH block {index}"
+    if not search.strip():
+        raise EditError(f"{where} is empty; quote the exact existing lines to replace", file=path)
+    hits = _occurrences(text, search)
+    if not hits:
+        first, last, ratio, window = closest_match(text, search)
+        raise EditError(
+            f"{where} does not occur exactly in the file; the closest text is lines "
+            f"{first}-{last} (similarity {ratio:.2f}):\n{window}"
+            "Copy the SEARCH lines exactly from the current file, whitespace included.",
+            file=path,
+            closest=window,
+        )
+    if len(hits) > 1:
+        spans = ", ".join(
+            f"lines {_line_of(text, h)}-{_line_of(text, h + len(search) - 1)}" for h in hits
+        )
+        raise EditError(
+            f"{where} occurs {len(hits)} times ({spans}); add surrounding lines so it "
+            "matches exactly once",
+            file=path,
+            closest=search,
+        )
+    start, end = hits[0], hits[0] + len(search)
+    regions = _regions(text, path, "the current text")
+    if not any(lo <= start and end <= hi for lo, hi in regions):
+        editable = ", ".join(f"{_line_of(text, lo)}-{_line_of(text, hi) - 1}" for lo, hi in regions)
+        raise EditError(
+            f"{where} matches lines {_line_of(text, start)}-{_line_of(text, end - 1)}, which "
+            f"reach outside the EVOLVE-BLOCKs (editable lines: {editable}); edit only "
+            "between the markers",
+            file=path,
+        )
+    if START in replace or END in replace:
+        raise EditError(
+            f"{where}: the REPLACE text contains an EVOLVE-BLOCK marker; markers must stay "
+            "intact and in place",
+            file=path,
+        )
+    return text[:start] + replace + text[end:]
+
+
+def apply_edits(files: Mapping[str, str], edits: Sequence[FileEdit]) -> dict[str, str]:
+    """Apply ``edits`` to ``files`` strictly; returns the new content of every file.
+
+    Raises :class:`EditError` (with ``file`` and, for a near miss, ``closest``) when a
+    SEARCH text does not occur exactly once, when a change touches text outside an
+    EVOLVE-BLOCK, or when a file is unknown.
+    """
+    out = dict(files)
+    for edit in edits:
+        if edit.path not in out:
+            raise EditError(
+                f"{edit.path}: not an editable file of this target; editable: {', '.join(files)}",
+                file=edit.path,
+            )
+        old = out[edit.path]
+        if edit.content is not None:
+            new = edit.content
+        else:
+            new = old
+            for k, (search, replace) in enumerate(edit.blocks, start=1):
+                new = _apply_block(new, search, replace, edit.path, k)
+        _check_outside_unchanged(old, new, edit.path)
+        out[edit.path] = new
+    return out
