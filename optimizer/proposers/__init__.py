@@ -1,0 +1,1 @@
+from optimizer.proposers.offline import OfflineProposer

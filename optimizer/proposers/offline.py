@@ -1,0 +1,336 @@
+"""The offline proposer: knob search plus small AST mutations, no network.
+
+Each call draws one of two moves from a ``random.Random`` seeded by the proposer's seed,
+the context's ``rng_seed`` and its ``iteration`` (so a run replays exactly):
+
+* **knob search** (``knob_search_share`` of the draws): hand back the parent's structure,
+  or an inspiration's, unchanged; the engine then asks Optuna for its knob values;
+* **mutation**: change 1..``max_mutations`` sites inside the EVOLVE-BLOCKs of the parent:
+  a numeric literal (x0.5, x2, or +-1 for small ints), a comparison (``<`` <-> ``<=``,
+  ``>`` <-> ``>=``, rarely ``==`` <-> ``!=``) or an arithmetic operator (table below).
+  New text is spliced at the node's exact source position, so every other byte stays as
+  it was, and the parent's knob values are pinned so the mutation is measured alone.
+
+When one move has nothing to work on, the other is tried; when neither has, and when a
+file cannot be parsed, the proposal comes back ``rejected`` with the reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from optimizer.edits import evolve_regions
+from optimizer.knobs import (
+    Knob,
+    KnobError,
+    knobs_of_files,
+    literal_text,
+    parse_knobs,
+    structure_key,
+)
+from optimizer.proposers._base import ArchiveEntry, ProposalContext, Proposer
+from optimizer.records import Proposal
+
+# Comparison swaps move a boundary by one element; == <-> != inverts a branch, which is
+# rarely an improvement, so it is drawn a fifth as often.
+_COMPARE: dict[type[ast.cmpop], tuple[str, str, float]] = {
+    ast.Lt: ("<", "<=", 1.0),
+    ast.LtE: ("<=", "<", 1.0),
+    ast.Gt: (">", ">=", 1.0),
+    ast.GtE: (">=", ">", 1.0),
+    ast.Eq: ("==", "!=", 0.2),
+    ast.NotEq: ("!=", "==", 0.2),
+}
+# Arithmetic swaps. "float" means only where the result is a float either way (a float
+# literal operand, or the value is passed straight to int()/round()/floor()/ceil()), so
+# an index or a range() argument never silently becomes a float.
+_BINARY: dict[type[ast.operator], tuple[str, str, str]] = {
+    ast.Add: ("+", "-", "always"),
+    ast.Sub: ("-", "+", "always"),
+    ast.Mult: ("*", "/", "float"),
+    ast.Div: ("/", "*", "always"),
+    ast.FloorDiv: ("//", "/", "float"),
+    ast.LShift: ("<<", ">>", "always"),
+    ast.RShift: (">>", "<<", "always"),
+}
+_FLOAT_FORCING = {"int", "round", "floor", "ceil", "float"}
+_OP_TOKEN = re.compile(r"[^\s()\\]+")
+_COMMENT = re.compile(r"#[^\n]*")
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
+@dataclass(frozen=True)
+class _Site:
+    file: str
+    line: int
+    start: int  # character offsets in the file
+    end: int
+    old: str
+    new: tuple[str, ...]  # replacements to draw from
+    weight: float = 1.0
+
+
+def _new_numbers(value: int | float) -> list[int | float]:
+    if isinstance(value, int):
+        if value == 0:
+            return [1]
+        options = {value * 2, value // 2 if value % 2 == 0 or value > 8 else value}
+        if value <= 8:
+            options |= {value - 1, value + 1}
+        return sorted(v for v in options if v != value)
+    if value == 0.0:
+        return [0.5, 1.0]
+    return [value * 0.5, value * 2.0]
+
+
+def _float_context(node: ast.BinOp, parent: ast.AST | None) -> bool:
+    for side in (node.left, node.right):
+        if isinstance(side, ast.Constant) and isinstance(side.value, float):
+            return True
+    if isinstance(parent, ast.Call) and len(parent.args) >= 1 and parent.args[0] is node:
+        func = parent.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+        return name in _FLOAT_FORCING
+    return False
+
+
+def _is_text(node: ast.expr) -> bool:
+    return isinstance(node, ast.JoinedStr) or (
+        isinstance(node, ast.Constant) and isinstance(node.value, str | bytes)
+    )
+
+
+class _Finder:
+    """Mutation sites of one file, restricted to its editable regions."""
+
+    def __init__(self, path: str, source: str, regions: list[tuple[int, int]], skip: set[int]):
+        self.path, self.source, self.regions, self.skip = path, source, regions, skip
+        self.starts = [0] + [m.end() for m in _NEWLINE.finditer(source)]
+        self.sites: list[_Site] = []
+
+    def offset(self, line: int, byte_col: int) -> int:
+        # ast columns count UTF-8 bytes; only a non-ASCII line needs converting.
+        start = self.starts[line - 1]
+        end = self.starts[line] if line < len(self.starts) else len(self.source)
+        text = self.source[start:end]
+        return start + (byte_col if text.isascii() else len(text.encode()[:byte_col].decode()))
+
+    def editable(self, start: int, end: int, first: int, last: int) -> bool:
+        if any(line in self.skip for line in range(first, last + 1)):
+            return False
+        return any(a <= start and end <= b for a, b in self.regions)
+
+    def constant(self, node: ast.Constant) -> None:
+        assert node.end_lineno is not None and node.end_col_offset is not None
+        start = self.offset(node.lineno, node.col_offset)
+        end = self.offset(node.end_lineno, node.end_col_offset)
+        old = self.source[start:end]
+        if not self.editable(start, end, node.lineno, node.end_lineno):
+            return
+        try:  # guards against a position that does not hold the literal
+            if ast.literal_eval(old) != node.value:
+                return
+        except (ValueError, SyntaxError):
+            return
+        new = tuple(repr(v) if isinstance(v, float) else str(v) for v in _new_numbers(node.value))
+        self.sites.append(_Site(self.path, node.lineno, start, end, old, new))
+
+    def operator(self, left: ast.expr, right: ast.expr, symbol: str, new: str, w: float) -> None:
+        assert left.end_lineno is not None and left.end_col_offset is not None
+        gap_start = self.offset(left.end_lineno, left.end_col_offset)
+        gap_end = self.offset(right.lineno, right.col_offset)
+        gap = _COMMENT.sub(lambda m: " " * len(m.group()), self.source[gap_start:gap_end])
+        tokens = list(_OP_TOKEN.finditer(gap))
+        if len(tokens) != 1 or tokens[0].group() != symbol:
+            return  # an unexpected layout: leave it alone rather than guess
+        start, end = gap_start + tokens[0].start(), gap_start + tokens[0].end()
+        if self.editable(start, end, left.end_lineno, right.lineno):
+            line = left.end_lineno + gap[: tokens[0].start()].count("\n")
+            self.sites.append(_Site(self.path, line, start, end, symbol, (new,), w))
+
+    def visit(self, tree: ast.AST) -> list[_Site]:
+        parents: dict[ast.AST, ast.AST] = {}
+        inside_fstring: set[ast.AST] = set()
+        for node in ast.walk(tree):
+            for child in ast.iter_child_nodes(node):
+                parents[child] = node
+                # 3.11 reports unreliable positions inside f-strings.
+                if isinstance(node, ast.JoinedStr) or node in inside_fstring:
+                    inside_fstring.add(child)
+        for node in ast.walk(tree):
+            if node in inside_fstring:
+                continue
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, int | float)
+                and not isinstance(node.value, bool)
+            ):
+                self.constant(node)
+            elif isinstance(node, ast.Compare):
+                lefts = [node.left, *node.comparators[:-1]]
+                for op, left, right in zip(node.ops, lefts, node.comparators, strict=True):
+                    if type(op) in _COMPARE:
+                        symbol, new, weight = _COMPARE[type(op)]
+                        self.operator(left, right, symbol, new, weight)
+            elif isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+                if _is_text(node.left) or _is_text(node.right):
+                    continue  # string concatenation and formatting are not arithmetic
+                symbol, new, when = _BINARY[type(node.op)]
+                if when == "always" or _float_context(node, parents.get(node)):
+                    self.operator(node.left, node.right, symbol, new, 1.0)
+        return self.sites
+
+
+def _splice(source: str, edits: Iterable[tuple[_Site, str]]) -> str:
+    out = source
+    for site, new in sorted(edits, key=lambda e: e[0].start, reverse=True):
+        out = out[: site.start] + new + out[site.end :]
+    return out
+
+
+class OfflineProposer(Proposer):
+    """Knob search and AST mutation; deterministic for a given seed, no network."""
+
+    name = "offline"
+
+    def __init__(self, seed: int = 0, knob_search_share: float = 0.6, max_mutations: int = 2):
+        if not 0.0 <= knob_search_share <= 1.0:
+            raise ValueError(f"knob_search_share must be in [0, 1], not {knob_search_share}")
+        if max_mutations < 1:
+            raise ValueError(f"max_mutations must be at least 1, not {max_mutations}")
+        self.seed = seed
+        self.knob_search_share = knob_search_share
+        self.max_mutations = max_mutations
+
+    def propose(self, context: ProposalContext) -> Proposal:
+        rng = random.Random(f"offline:{self.seed}:{context.rng_seed}:{context.iteration}")
+        want_knobs = rng.random() < self.knob_search_share
+        moves = (self._knob_search, self._mutate)
+        reasons = []
+        for move in moves if want_knobs else moves[::-1]:
+            proposal, reason = move(context, rng)
+            if proposal is not None:
+                return proposal
+            reasons.append(reason)
+        return Proposal(
+            proposer=self.name,
+            parent_id=context.parent.id,
+            files=dict(context.parent.files),
+            summary="offline proposer: nothing to do",
+            rejected="; ".join(reasons),
+        )
+
+    # ---------------------------------------------------------------------- knob search
+
+    def _knob_search(
+        self, ctx: ProposalContext, rng: random.Random
+    ) -> tuple[Proposal | None, str]:
+        pool: list[tuple[ArchiveEntry, str, dict[str, Knob], float]] = []
+        keys: set[str] = set()
+        for i, entry in enumerate((ctx.parent, *ctx.inspirations)):
+            try:
+                key, knobs = structure_key(entry.files), knobs_of_files(entry.files)
+            except KnobError:
+                continue  # a broken declaration: the loop reports it when it is evaluated
+            if knobs and key not in keys:
+                keys.add(key)
+                # The parent is the program to improve: half the draws go to it.
+                weight = float(max(1, len(ctx.inspirations))) if i == 0 else 1.0
+                pool.append((entry, key, knobs, weight))
+        if not pool:
+            return None, "no knobs declared in the parent or the inspirations"
+        entry, key, knobs, _ = rng.choices(pool, weights=[p[3] for p in pool])[0]
+        if entry is ctx.parent:
+            why = "the parent, the program to improve"
+        else:
+            best = f"objective {entry.objectives[0]:.6g}" if entry.objectives else "no objective"
+            why = f"an inspiration ({best})"
+        space = ", ".join(f"{k.name} {k.describe()}" for k in knobs.values())
+        summary = f"knob search on structure {key} of {entry.id} ({why}); knobs: {space}"
+        proposal = Proposal(
+            proposer=self.name, parent_id=entry.id, files=dict(entry.files), summary=summary
+        )
+        return proposal, ""
+
+    # ------------------------------------------------------------------------- mutation
+
+    def _mutate(self, ctx: ProposalContext, rng: random.Random) -> tuple[Proposal | None, str]:
+        files = dict(ctx.parent.files)
+        sites: list[_Site] = []
+        knobs: dict[str, Knob] = {}
+        for path in sorted(files):
+            if not path.endswith(".py"):
+                continue
+            source = files[path]
+            try:
+                tree = ast.parse(source)
+                regions = evolve_regions(source)
+                declared = parse_knobs(source, path)
+            except SyntaxError as exc:
+                return self._reject(ctx, f"{path}, line {exc.lineno}: not valid Python: {exc.msg}")
+            except (ValueError, KnobError) as exc:
+                return self._reject(ctx, f"{path}: {exc}")
+            knobs.update({k.name: k for k in declared})
+            skip = {k.line for k in declared}
+            sites += _Finder(path, source, regions, skip).visit(tree)
+        if not sites:
+            return None, "no numeric literal or operator to mutate inside the EVOLVE-BLOCKs"
+        for _attempt in range(8):
+            count = min(rng.randint(1, self.max_mutations), len(sites))
+            chosen: list[_Site] = []
+            pool = list(sites)
+            while len(chosen) < count and pool:
+                site = rng.choices(pool, weights=[s.weight for s in pool])[0]
+                pool.remove(site)
+                chosen.append(site)
+            edits = [(site, rng.choice(site.new)) for site in chosen]
+            new_files = dict(files)
+            try:
+                for path in sorted({site.file for site in chosen}):
+                    mine = [(s, n) for s, n in edits if s.file == path]
+                    new_files[path] = _splice(files[path], mine)
+                    ast.parse(new_files[path])
+            except SyntaxError:
+                continue  # e.g. a literal glued to an attribute; draw other sites
+            edits.sort(key=lambda e: (e[0].file, e[0].start))
+            summary = "; ".join(
+                f"{s.file}:{s.line}: `{s.old}` -> `{new}`" for s, new in edits
+            )
+            return Proposal(
+                proposer=self.name,
+                parent_id=ctx.parent.id,
+                files=new_files,
+                summary=f"mutation of {ctx.parent.id}: {summary}",
+                fixed_knobs=_pinned(knobs, ctx.parent.knobs),
+            ), ""
+        return None, "every drawn mutation left a file that does not parse"
+
+    def _reject(self, ctx: ProposalContext, reason: str) -> tuple[Proposal, str]:
+        proposal = Proposal(
+            proposer=self.name,
+            parent_id=ctx.parent.id,
+            files=dict(ctx.parent.files),
+            summary="offline proposer: unusable parent",
+            rejected=reason,
+        )
+        return proposal, reason
+
+
+def _pinned(knobs: Mapping[str, Knob], values: Mapping[str, Any]) -> dict[str, Any]:
+    """The parent's knob values that still fit the declarations in the files."""
+    out = {}
+    for name, value in values.items():
+        knob = knobs.get(name)
+        if knob is None:
+            continue
+        try:
+            literal_text(knob, value)
+        except KnobError:
+            continue
+        out[name] = value
+    return out
