@@ -1,0 +1,414 @@
+"""Git side of the engine: one branch and one short-lived worktree per candidate.
+
+Names on disk (stable)::
+
+    optimizer/<experiment>/<target>/c<NNNN>        a candidate branch (one commit on the base)
+    optimizer/pr/<experiment>/<target>             a pull branch (one commit on the base)
+    <state_dir>/worktrees/<experiment>/<target>/<cid>   the candidate's worktree
+
+The user's checkout is never touched: no checkout, reset, stash or index write happens in
+it. Worktrees are sparse (only the target folder is on disk), commits are built with
+plumbing (``write-tree``/``commit-tree``/``update-ref``) so that hooks, commit signing and
+message clean-up settings of the user's repository do not apply, and a pull branch is
+built in a temporary index file.
+
+Commits work without a configured git identity: whatever part of the identity is missing
+(in ``GIT_AUTHOR_*``/``GIT_COMMITTER_*`` or ``user.name``/``user.email``) falls back to
+``optimizer <optimizer@localhost>``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+from io import BytesIO
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import git
+from gitdb import IStream
+
+from optimizer.errors import WorkspaceError
+
+FALLBACK_NAME = "optimizer"
+FALLBACK_EMAIL = "optimizer@localhost"
+BRANCH_ROOT = "optimizer"
+PULL_PREFIX = f"{BRANCH_ROOT}/pr"
+
+# A name used as one branch component: no slashes, no git ref specials.
+_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+_CID_RE = re.compile(r"^c(\d+)$")
+# Variables that would redirect our git commands to another repository or index (they are
+# set while git runs a hook); refusing is safer than writing the user's index by accident.
+_REDIRECTING_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR")
+# Written into candidate trees by the evaluation itself, never part of a candidate.
+_ADD_EXCLUDES = (":(exclude,glob)**/__pycache__/**", ":(exclude,glob)**/*.pyc")
+
+
+def _check_name(kind: str, value: str) -> str:
+    if not _NAME_RE.match(value) or value.endswith(".lock") or ".." in value:
+        raise WorkspaceError(
+            f"{kind} name {value!r} cannot be used in a git branch name; use letters, digits, "
+            "'_', '-' and '.', starting with a letter, digit or '_'"
+        )
+    return value
+
+
+def _check_rel(path: str, what: str) -> PurePosixPath:
+    p = PurePosixPath(path)
+    if p.is_absolute() or ".." in p.parts or not p.parts or str(p) == ".":
+        raise WorkspaceError(f"{what} {path!r} must be a relative path inside the repository")
+    return p
+
+
+def _sparse_pattern(target_rel: str) -> str:
+    escaped = re.sub(r"([\\*?\[\]!#])", r"\\\1", target_rel.strip("/"))
+    return f"/{escaped}/\n"
+
+
+class Workspace:
+    """Candidate branches, worktrees and pull branches of one experiment in one repository."""
+
+    def __init__(self, root: Path, *, experiment: str, state_dir: Path, base: str = "HEAD"):
+        for var in _REDIRECTING_ENV:
+            if var in os.environ:
+                raise WorkspaceError(
+                    f"{var} is set in the environment (as inside a git hook); it would redirect "
+                    f"the optimizer's git commands. Unset {var} and run again."
+                )
+        if experiment == "pr":
+            raise WorkspaceError(
+                "experiment name 'pr' collides with the pull branches optimizer/pr/...; "
+                "choose another experiment name"
+            )
+        self.experiment = _check_name("experiment", experiment)
+        try:
+            self.repo = git.Repo(Path(root), search_parent_directories=True)
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
+            raise WorkspaceError(
+                f"{root} is not inside a git repository; run `git init` and commit the "
+                "targets there (the optimizer keeps one branch per candidate)"
+            ) from exc
+        if self.repo.working_tree_dir is None:
+            raise WorkspaceError(f"{root} is a bare repository; use a checkout with a work tree")
+        self.repo_root = Path(self.repo.working_tree_dir).resolve()
+        self._identity_env: dict[str, str] = {}
+        if not self.repo.head.is_valid():
+            raise WorkspaceError(
+                f"the repository at {self.repo_root} has no commit yet (unborn HEAD); "
+                "commit the targets first, e.g. `git add -A && git commit -m 'targets'`"
+            )
+        try:
+            self.base_commit: str = self._git("rev-parse", "--verify", f"{base}^{{commit}}")
+        except git.GitCommandError as exc:
+            raise WorkspaceError(
+                f"base {base!r} does not name a commit in {self.repo_root}; pass an existing "
+                "branch, tag or commit (default HEAD)"
+            ) from exc
+        self.state_dir = Path(state_dir).resolve()
+        self.worktree_root = self.state_dir / "worktrees"
+        self._target_rel: dict[str, str] = {}
+        self._identity_env = self._identity()
+        self._prepare_state_dir()
+
+    # -- plumbing helpers ----------------------------------------------------------------
+
+    def _git(
+        self, *args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None
+    ) -> str:
+        cmd: list[str] = ["git"]
+        if cwd is not None:
+            cmd += ["-C", str(cwd)]
+        cmd += list(args)
+        out = self.repo.git.execute(cmd, env={**self._identity_env, **(env or {})})
+        return str(out)
+
+    def _identity(self) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for key, fallback in (("name", FALLBACK_NAME), ("email", FALLBACK_EMAIL)):
+            try:
+                configured = self.repo.git.config("--get", f"user.{key}")
+            except git.GitCommandError:
+                configured = ""
+            for role in ("AUTHOR", "COMMITTER"):
+                var = f"GIT_{role}_{key.upper()}"
+                if not configured and not os.environ.get(var):
+                    env[var] = fallback
+        return env
+
+    def _prepare_state_dir(self) -> None:
+        try:
+            self.worktree_root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise WorkspaceError(
+                f"cannot create the state directory {self.state_dir}: {exc}"
+            ) from exc
+        # A state dir inside the checkout ignores itself, so that worktrees and databases
+        # never show up in the user's `git status`.
+        if self.state_dir.is_relative_to(self.repo_root):
+            ignore = self.state_dir / ".gitignore"
+            if not ignore.exists():
+                ignore.write_text("*\n")
+
+    def close(self) -> None:
+        """Stop GitPython's persistent helper processes."""
+        self.repo.close()
+
+    def __enter__(self) -> Workspace:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- names ---------------------------------------------------------------------------
+
+    def candidate_branch(self, target: str, cid: str) -> str:
+        _check_name("target", target)
+        _check_name("candidate id", cid)
+        return f"{BRANCH_ROOT}/{self.experiment}/{target}/{cid}"
+
+    def pull_branch(self, target: str) -> str:
+        return f"{PULL_PREFIX}/{self.experiment}/{_check_name('target', target)}"
+
+    def worktree_path(self, target: str, cid: str) -> Path:
+        _check_name("candidate id", cid)
+        return self.worktree_root / self.experiment / _check_name("target", target) / cid
+
+    @staticmethod
+    def cid(number: int) -> str:
+        """The candidate id of the ``number``-th candidate: ``c0007``."""
+        return f"c{number:04d}"
+
+    def next_cid(self, target: str) -> str:
+        """One past the highest existing candidate id of this target (for --resume)."""
+        ids = self.candidate_ids(target)
+        last = int(_CID_RE.match(ids[-1]).group(1)) if ids else 0  # type: ignore[union-attr]
+        return self.cid(last + 1)
+
+    def _ref(self, branch: str) -> str:
+        return f"refs/heads/{branch}"
+
+    def _tip(self, branch: str) -> str:
+        try:
+            return self._git("rev-parse", "--verify", f"{self._ref(branch)}^{{commit}}")
+        except git.GitCommandError as exc:
+            raise WorkspaceError(f"branch {branch} does not exist") from exc
+
+    # -- candidate life cycle ------------------------------------------------------------
+
+    def create_worktree(
+        self, target_rel: str, target: str, cid: str, files: Mapping[str, str]
+    ) -> Path:
+        """New branch at the base, a sparse worktree of ``target_rel``, ``files`` written.
+
+        Returns the absolute path of the target folder inside the worktree. A worktree or
+        branch of the same name left by a crash is replaced.
+        """
+        rel = _check_rel(target_rel, "target folder")
+        for name in files:
+            _check_rel(name, f"candidate file of {target}")
+        branch = self.candidate_branch(target, cid)
+        path = self.worktree_path(target, cid)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        add = ("worktree", "add", "--quiet", "--no-checkout")
+        try:
+            self._git(*add, "-b", branch, str(path), self.base_commit)
+        except git.GitCommandError:
+            self._drop_worktree(path)
+            try:
+                self._git(*add, "-B", branch, str(path), self.base_commit)
+            except git.GitCommandError as exc:
+                raise WorkspaceError(
+                    f"cannot create the worktree {path} on {branch}: {exc.stderr.strip()}; "
+                    f"if another worktree holds the branch, run `git worktree list` and remove it"
+                ) from exc
+        # Sparse checkout of the target folder only: the index still holds the whole base
+        # tree (entries outside are marked skip-worktree), so commits keep every other file.
+        admin = Path((path / ".git").read_text().split(":", 1)[1].strip())
+        (admin / "info").mkdir(exist_ok=True)
+        (admin / "info" / "sparse-checkout").write_text(_sparse_pattern(str(rel)))
+        self._git(
+            "-c", "core.sparseCheckout=true", "-c", "core.sparseCheckoutCone=false",
+            "read-tree", "-mu", "HEAD", cwd=path,
+        )  # fmt: skip
+        folder = path / rel
+        for name, text in files.items():
+            dest = folder / name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(text)
+        self._target_rel[target] = str(rel)
+        return folder
+
+    def commit_candidate(self, target: str, cid: str, message: str) -> str:
+        """Commit everything changed in the candidate's worktree; returns the commit sha.
+
+        An unchanged candidate still gets its own commit (the branch always moves).
+        """
+        path = self.worktree_path(target, cid)
+        if not (path / ".git").exists():
+            raise WorkspaceError(f"no worktree at {path}; call create_worktree first")
+        self._git("add", "-A", "--", ".", *_ADD_EXCLUDES, cwd=path)
+        tree = self._git("write-tree", cwd=path)
+        sha = self._git("commit-tree", tree, "-p", "HEAD", "-m", message, cwd=path)
+        self._git("update-ref", "-m", "optimizer: candidate", "HEAD", sha, cwd=path)
+        return sha
+
+    def annotate(self, target: str, cid: str, message: str) -> str:
+        """Replace the tip commit's message (same tree, parents and author); returns its sha."""
+        branch = self.candidate_branch(target, cid)
+        old = self._tip(branch)
+        fields = self._git("log", "-1", "--format=%T%n%P%n%an%n%ae%n%ad", "--date=raw", old)
+        tree, parents, name, email, date = fields.split("\n")
+        author = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": date}
+        parent_args = [a for p in parents.split() for a in ("-p", p)]
+        sha = self._git("commit-tree", tree, *parent_args, "-m", message, env=author)
+        self._git("update-ref", "-m", "optimizer: annotate", self._ref(branch), sha, old)
+        return sha
+
+    def remove_worktree(self, target: str, cid: str) -> None:
+        """Delete the candidate's worktree; its branch is kept."""
+        self._drop_worktree(self.worktree_path(target, cid))
+
+    def _drop_worktree(self, path: Path) -> None:
+        try:
+            self._git("worktree", "remove", "--force", "--force", str(path))
+        except git.GitCommandError:
+            # Not registered (or its admin data is gone): delete the folder, forget the rest.
+            shutil.rmtree(path, ignore_errors=True)
+            self._git("worktree", "prune")
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _refs(self, prefix: str) -> list[str]:
+        out = self._git("for-each-ref", "--format=%(refname)", f"refs/heads/{prefix}/")
+        return [line.removeprefix("refs/heads/") for line in out.splitlines() if line]
+
+    def candidate_ids(self, target: str) -> list[str]:
+        """Candidate ids with a branch for this experiment and target, in numeric order."""
+        prefix = f"{BRANCH_ROOT}/{self.experiment}/{_check_name('target', target)}"
+        ids = [b.rsplit("/", 1)[1] for b in self._refs(prefix)]
+        found = [(int(m.group(1)), c) for c in ids if (m := _CID_RE.match(c))]
+        return [c for _, c in sorted(found)]
+
+    def read_files(
+        self, target: str, cid: str, target_rel: str, names: Iterable[str]
+    ) -> dict[str, str]:
+        """The named files of the target folder at the candidate branch's tip."""
+        tree = self.repo.commit(self._tip(self.candidate_branch(target, cid))).tree
+        out: dict[str, str] = {}
+        for name in names:
+            path = f"{_check_rel(target_rel, 'target folder')}/{_check_rel(name, 'file')}"
+            try:
+                blob = tree / path
+            except KeyError as exc:
+                raise WorkspaceError(f"{path} is not in candidate {cid} of {target}") from exc
+            out[name] = blob.data_stream.read().decode()
+        return out
+
+    def commit_message(self, target: str, cid: str) -> str:
+        """The tip's message, without trailing newlines."""
+        tip = self._tip(self.candidate_branch(target, cid))
+        return self._git("log", "-1", "--format=%B", tip).rstrip("\n")
+
+    def diff(self, target: str, cid: str, target_rel: str | None = None) -> str:
+        """Unified diff of the candidate's tip against the base, limited to the target folder.
+
+        ``target_rel`` defaults to the folder given to :meth:`create_worktree` in this
+        process; without either, the whole diff is returned (candidate commits only ever
+        change their target folder).
+        """
+        tip = self._tip(self.candidate_branch(target, cid))
+        rel = target_rel or self._target_rel.get(target)
+        paths = ["--", rel] if rel else []
+        return self._git("diff", "--no-color", "--no-ext-diff", self.base_commit, tip, *paths)
+
+    # -- pull branches -------------------------------------------------------------------
+
+    def make_pull_branch(
+        self, target: str, target_rel: str, files: Mapping[str, str], message: str
+    ) -> tuple[str, str]:
+        """One commit on the base whose tree is the base tree with ``files`` replaced.
+
+        Built in a temporary index file, so the user's index and checkout stay untouched;
+        the branch is force-updated when it exists. Returns (branch, sha).
+        """
+        rel = _check_rel(target_rel, "target folder")
+        branch = self.pull_branch(target)
+        base_tree = self.repo.commit(self.base_commit).tree
+        cacheinfo: list[str] = []
+        for name, text in files.items():
+            path = str(rel / _check_rel(name, f"file of {target}"))
+            data = text.encode()
+            binsha = self.repo.odb.store(IStream("blob", len(data), BytesIO(data))).binsha
+            try:
+                mode = base_tree[path].mode  # keep an executable bit
+            except KeyError:
+                mode = 0o100644
+            cacheinfo += ["--cacheinfo", f"{mode:o},{binsha.hex()},{path}"]
+        with tempfile.TemporaryDirectory(dir=self.state_dir) as tmp:
+            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            self._git("read-tree", self.base_commit, env=env)
+            if cacheinfo:
+                self._git("update-index", "--add", *cacheinfo, env=env)
+            tree = self._git("write-tree", env=env)
+        sha = self._git("commit-tree", tree, "-p", self.base_commit, "-m", message)
+        self._git("update-ref", "-m", "optimizer: pull branch", self._ref(branch), sha)
+        self._target_rel[target] = str(rel)
+        return branch, sha
+
+    def push(self, remote: str, branches: Iterable[str]) -> None:
+        """Force-push branches (annotate rewrites tips) to ``remote``."""
+        specs = [f"+{self._ref(b)}:{self._ref(b)}" for b in branches]
+        if not specs:
+            return
+        try:
+            self._git("push", "--quiet", remote, *specs)
+        except git.GitCommandError as exc:
+            raise WorkspaceError(
+                f"git push to {remote!r} failed: {str(exc.stderr).strip()}; check the remote "
+                "name (`git remote -v`) and your credentials"
+            ) from exc
+
+    # -- housekeeping --------------------------------------------------------------------
+
+    def branches(self, experiment: str | None = None) -> list[str]:
+        """Candidate and pull branches, of one experiment or of all."""
+        if experiment is None:
+            return sorted(self._refs(BRANCH_ROOT))
+        _check_name("experiment", experiment)
+        found = self._refs(f"{BRANCH_ROOT}/{experiment}") + self._refs(
+            f"{PULL_PREFIX}/{experiment}"
+        )
+        return sorted(found)
+
+    def prune(self, experiment: str | None = None, keep_pull: bool = True) -> int:
+        """Delete candidate branches (and pull branches unless ``keep_pull``) and worktrees.
+
+        Returns the number of branches deleted.
+        """
+        root = self.worktree_root if experiment is None else self.worktree_root / experiment
+        # Deleting the folders and pruning once is one git call instead of one per worktree.
+        if root.exists():
+            shutil.rmtree(root)
+        self.worktree_root.mkdir(parents=True, exist_ok=True)
+        self._git("worktree", "prune")
+        doomed = [
+            b
+            for b in self.branches(experiment)
+            if not (keep_pull and b.startswith(f"{PULL_PREFIX}/"))
+        ]
+        for start in range(0, len(doomed), 200):  # bounded command lines
+            self._git("branch", "--quiet", "-D", *doomed[start : start + 200])
+        return len(doomed)
+
+    def describe(self) -> dict[str, Any]:
+        """What this workspace points at (for logs and the report)."""
+        return {
+            "repo_root": str(self.repo_root),
+            "base_commit": self.base_commit,
+            "experiment": self.experiment,
+            "state_dir": str(self.state_dir),
+        }
