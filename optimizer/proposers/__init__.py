@@ -1,1 +1,36 @@
+"""Proposers: offline (knob search + AST mutation), llm (any OpenAI-compatible endpoint),
+replay (a recorded night). :func:`make_proposer` builds the one a config names."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from optimizer.proposers._base import ArchiveEntry, ProposalContext, Proposer
 from optimizer.proposers.offline import OfflineProposer
+
+if TYPE_CHECKING:
+    from optimizer.config import ExperimentConfig
+
+__all__ = ["ArchiveEntry", "OfflineProposer", "ProposalContext", "Proposer", "make_proposer"]
+
+
+def make_proposer(config: ExperimentConfig) -> Proposer:
+    kind = config.proposer.kind
+    if kind == "offline":
+        off = config.proposer.offline
+        return OfflineProposer(config.seed, off.knob_search_share, off.max_mutations)
+    if kind == "llm":
+        from optimizer.config import llm_settings_from
+        from optimizer.proposers.llm import LLMProposer
+
+        settings = llm_settings_from(config.proposer.llm, str(config.file))
+        cassette = config.state_dir / "cassettes" / f"{config.name}.jsonl"
+        cassette.parent.mkdir(parents=True, exist_ok=True)
+        return LLMProposer(settings, cassette=cassette, seed=config.seed)
+    if kind.startswith("replay:"):
+        from pathlib import Path
+
+        from optimizer.proposers.replay import ReplayProposer
+
+        return ReplayProposer(Path(kind.removeprefix("replay:")))
+    raise ValueError(f"unknown proposer kind {kind!r}")

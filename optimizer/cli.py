@@ -1,0 +1,287 @@
+"""The ``optimizer`` command line.
+
+    optimizer run EXPERIMENT.toml [--set KEY=VALUE ...] [--resume] [--proposer ...]
+    optimizer evaluate TARGET [FILES ...] [--json]
+    optimizer status [-e EXPERIMENT.toml] [--json]
+    optimizer report [-e EXPERIMENT.toml]
+    optimizer branches [-e EXPERIMENT.toml] [--prune]
+    optimizer ui [-e EXPERIMENT.toml] [--port 5000]
+    optimizer import-kernelbench FILE [--dest DIR] [--name NAME]
+
+Exit codes: 0 success, 1 the command ran but found a failure (e.g. an invalid candidate
+for ``evaluate``), 2 bad input (configuration, paths, arguments) with nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from optimizer.errors import ConfigError, OptimizerError
+
+DEFAULT_EXPERIMENT = Path("experiments/nightly.toml")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OptimizerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("aborted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="optimizer", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run an experiment (the nightly job)")
+    run.add_argument("experiment", type=Path)
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override any experiment or target setting (repeatable)")
+    run.add_argument("--resume", action="store_true",
+                     help="continue the last night of this experiment")
+    run.add_argument("--proposer", help="offline | llm | replay:PATH")
+    run.add_argument("--llm-base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
+    run.add_argument("--llm-model", help="model name at that endpoint")
+    run.add_argument("--minutes", type=float, help="time budget (same as --set budget.minutes=N)")
+    run.add_argument("--json", action="store_true", help="print the run summary as JSON at the end")
+    run.set_defaults(func=cmd_run)
+
+    ev = sub.add_parser("evaluate", help="evaluate a target's seed or given files once")
+    ev.add_argument("target", help="target folder, or a target name of the experiment")
+    ev.add_argument("files", nargs="*", type=Path,
+                    help="candidate files in place of the editable ones (matched by name)")
+    ev.add_argument("-e", "--experiment", type=Path, default=DEFAULT_EXPERIMENT)
+    ev.add_argument("--json", action="store_true")
+    ev.set_defaults(func=cmd_evaluate)
+
+    for name, func, help_ in (("status", cmd_status, "counts of candidates, branches and runs"),
+                              ("report", cmd_report, "markdown report with plots"),
+                              ("branches", cmd_branches, "list (or --prune) candidate branches"),
+                              ("ui", cmd_ui, "open the MLflow UI on this experiment's runs")):
+        sp = sub.add_parser(name, help=help_)
+        sp.add_argument("-e", "--experiment", type=Path, default=DEFAULT_EXPERIMENT)
+        if name == "status":
+            sp.add_argument("--json", action="store_true")
+        if name == "branches":
+            sp.add_argument("--prune", action="store_true",
+                            help="delete candidate branches and stale worktrees (pull branches stay)")
+        if name == "ui":
+            sp.add_argument("--port", type=int, default=5000)
+            sp.add_argument("--host", default="127.0.0.1")
+        sp.set_defaults(func=func)
+
+    kb = sub.add_parser("import-kernelbench", help="turn a KernelBench problem into a target")
+    kb.add_argument("file", type=Path)
+    kb.add_argument("--dest", type=Path, help="target folder (default targets/kernels/kb_<name>)")
+    kb.add_argument("--name", help="target name (default: from the file name)")
+    kb.set_defaults(func=cmd_import_kernelbench)
+    return p
+
+
+# -- run --------------------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from optimizer.config import load_experiment
+
+    overrides = list(args.overrides)
+    if args.minutes is not None:
+        overrides.append(f"budget.minutes={args.minutes}")
+    if args.proposer:
+        overrides.append(f"proposer.kind={json.dumps(args.proposer)}")
+    if args.llm_base_url:
+        overrides.append(f"proposer.llm.base_url={json.dumps(args.llm_base_url)}")
+    if args.llm_model:
+        overrides.append(f"proposer.llm.model={json.dumps(args.llm_model)}")
+    config = load_experiment(args.experiment, overrides, workspace=_workspace_of(args.experiment))
+    from optimizer.loop import run
+
+    summary = run(config, resume=args.resume)
+    if args.json:
+        print(json.dumps(summary.to_json(), indent=2))
+    else:
+        print(_summary_table(summary))
+    return 0
+
+
+def _workspace_of(experiment: Path) -> Path:
+    """The git repository holding the experiment file (or the current directory)."""
+    start = experiment.resolve().parent if experiment.exists() else Path.cwd()
+    for folder in (start, *start.parents):
+        if (folder / ".git").exists():
+            return folder
+    return Path.cwd().resolve()
+
+
+def _summary_table(summary: object) -> str:
+    s = summary  # RunSummary
+    lines = [f"\nnight {s.night}: {s.stop_reason}",  # type: ignore[attr-defined]
+             f"{'target':<22} {'cands':>5} {'dups':>5} {'valid':>5} {'seed':>12} {'best':>12}  winner"]
+    for t in s.targets:  # type: ignore[attr-defined]
+        seed = f"{t.seed_value:.6g}" if t.seed_value is not None else "-"
+        best = f"{t.best_value:.6g}" if t.best_value is not None else "-"
+        win = t.winner["pull_branch"] if t.winner else (t.note or "-")
+        lines.append(f"{t.target:<22} {t.candidates:>5} {t.duplicates:>5} "
+                     f"{t.states.get('VALID', 0):>5} {seed:>12} {best:>12}  {win}")
+    oh = sorted(s.engine_overhead_ms)  # type: ignore[attr-defined]
+    if oh:
+        lines.append(f"engine overhead per candidate: median {oh[len(oh) // 2]:.0f} ms")
+    return "\n".join(lines)
+
+
+# -- evaluate ---------------------------------------------------------------------------
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    import dataclasses
+    import secrets
+
+    import evaluators
+    from evaluators._base import EvalContext
+    from optimizer.loop import _make_sandbox
+    from optimizer.targets import load_target
+
+    workspace = _workspace_of(args.experiment) if args.experiment.exists() else Path.cwd()
+    folder = Path(args.target)
+    if not (folder / "target.toml").is_file():
+        from optimizer.config import load_experiment
+
+        if not args.experiment.exists():
+            raise ConfigError(f"{args.target}: neither a target folder nor a target name "
+                              f"(no experiment file {args.experiment})")
+        folder = load_experiment(args.experiment, workspace=workspace).target(args.target).spec.path
+    target = load_target(folder.resolve(), folder.resolve().parent)
+    replacements = _match_files(target.editable, args.files)
+    evaluator = evaluators.get(target.kind)(target)
+    with tempfile.TemporaryDirectory(prefix="optimizer-eval-") as tmp:
+        root = Path(tmp)
+        cand_dir = root / "worktrees" / "candidate"
+        shutil.copytree(target.path, cand_dir, ignore=shutil.ignore_patterns("__pycache__"))
+        for rel, src in replacements.items():
+            shutil.copyfile(src, cand_dir / rel)
+        io_dir, scratch = root / "worktrees" / "_io", root / "scratch"
+        io_dir.mkdir(parents=True)
+        scratch.mkdir()
+        from optimizer.config import ExperimentConfig
+
+        config = ExperimentConfig(name="evaluate", file=folder, workspace=workspace, targets=(),
+                                  state_dir=root)
+        sandbox = _make_sandbox(config, target, evaluator)
+        with sandbox:
+            ctx = EvalContext(sandbox, secrets.randbits(63), scratch, io_dir,
+                              timeout_s=target.timeout_s)
+            result = evaluator.evaluate(cand_dir, ctx)
+    data = result.to_json()
+    data["target"] = target.name
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        print(f"{target.name}: {result.state.value}" + (f" ({result.reason})" if result.reason else ""))
+        for k, v in sorted(result.metrics.items()):
+            print(f"  {k}: {v:.6g}")
+        print(f"  evaluation took {result.cost_s:.2f} s")
+    _ = dataclasses
+    return 0 if result.ok else 1
+
+
+def _match_files(editable: Sequence[str], files: Sequence[Path]) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for f in files:
+        if not f.is_file():
+            raise ConfigError(f"candidate file {f} does not exist")
+        matches = [e for e in editable if Path(e).name == f.name]
+        if not matches and len(editable) == 1 and len(files) == 1:
+            matches = list(editable)
+        if len(matches) != 1:
+            raise ConfigError(f"candidate file {f.name} matches no editable file of the target "
+                              f"({', '.join(editable)}); name it like the file it replaces")
+        out[matches[0]] = f
+    return out
+
+
+# -- status, report, branches, ui -------------------------------------------------------
+
+
+def _config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from optimizer.config import load_experiment
+
+    return load_experiment(args.experiment, workspace=_workspace_of(args.experiment))
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from optimizer.status import collect_status, format_status
+
+    data = collect_status(_config(args))
+    print(json.dumps(data, indent=2) if args.json else format_status(data))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from optimizer.report import build_report
+
+    config = _config(args)
+    out = build_report(config.optuna_storage, config.name, config.state_dir / "reports" / config.name)
+    print(f"report written to {out}")
+    return 0
+
+
+def cmd_branches(args: argparse.Namespace) -> int:
+    from optimizer.vcs import Workspace
+
+    config = _config(args)
+    ws = Workspace(config.workspace, experiment=config.name, state_dir=config.state_dir,
+                   base=config.base)
+    if args.prune:
+        print(f"deleted {ws.prune(config.name)} candidate branch(es); pull branches kept")
+        return 0
+    for b in ws.branches(config.name):
+        print(b)
+    return 0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    from optimizer.tracking import Tracker
+
+    config = _config(args)
+    tracker = Tracker(config.tracking_uri, config.name, config.state_dir / "mlartifacts")
+    cmd = tracker.ui_command(host=args.host, port=args.port)
+    print(f"MLflow UI on http://{args.host}:{args.port} (experiment '{config.name}'); Ctrl-C stops it")
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        os.killpg(proc.pid, 15)
+        proc.wait()
+        return 0
+
+
+def cmd_import_kernelbench(args: argparse.Namespace) -> int:
+    from optimizer.kernelbench import import_kernelbench
+
+    name = args.name or args.file.stem.lower().replace("-", "_")
+    dest = args.dest or Path("targets/kernels") / f"kb_{name}"
+    folder = import_kernelbench(args.file, dest, args.name)
+    print(f"target written to {folder}; add it to an experiment with [[targets]] path = \"{folder}\"")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

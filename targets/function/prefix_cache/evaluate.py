@@ -1,0 +1,105 @@
+"""Trusted cache simulator for the prefix_cache target (runs in the sandbox)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import random
+import uuid
+
+CAPACITY = 600  # blocks
+REQUESTS = 2500
+
+
+def _load(program_path: str):
+    name = f"_candidate_{uuid.uuid4().hex}"
+    spec = importlib.util.spec_from_file_location(name, program_path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def workload(seed: int, n: int = REQUESTS) -> list[tuple[int, ...]]:
+    """Chains of block ids: tenant system prompt -> Zipf-popular document -> session turns."""
+    rng = random.Random(seed)
+    tenants = [tuple(rng.getrandbits(40) for _ in range(rng.randint(2, 6))) for _ in range(8)]
+    docs = [tuple(rng.getrandbits(40) for _ in range(rng.randint(4, 30))) for _ in range(400)]
+    doc_weights = [1.0 / (i + 1) ** 1.1 for i in range(len(docs))]
+    sessions: list[tuple[int, ...]] = []
+    out = []
+    for _ in range(n):
+        if sessions and rng.random() < 0.35:  # a follow-up turn extends a recent session
+            k = min(len(sessions) - 1, int(rng.expovariate(0.3)))
+            chain = sessions[-1 - k] + tuple(rng.getrandbits(40) for _ in range(rng.randint(1, 4)))
+            sessions[-1 - k] = chain
+        else:
+            tenant = tenants[min(7, int(rng.expovariate(0.7)))]
+            doc = rng.choices(docs, doc_weights)[0]
+            chain = tenant + doc + tuple(rng.getrandbits(40) for _ in range(rng.randint(1, 6)))
+            sessions.append(chain)
+            if len(sessions) > 64:
+                sessions.pop(0)
+        out.append(chain)
+    return out
+
+
+def simulate(mod, chains, capacity: int = CAPACITY, seed: int = 7) -> dict[str, float]:
+    rng = random.Random(seed)
+    score = mod.eviction_score
+    sample = max(1, int(mod.SAMPLE_SIZE))
+    # block key = (parent key, block id) so that equal blocks under different prefixes differ
+    meta: dict[tuple, list] = {}  # key -> [last_access, hits, depth]
+    keys: list[tuple] = []  # for O(1) random sampling
+    pos: dict[tuple, int] = {}
+    hit_blocks = total_blocks = 0
+    for now, chain in enumerate(chains):
+        parent: tuple = ()
+        matching = True
+        for depth, block in enumerate(chain):
+            key = (hash(parent), block)  # ints and tuples hash the same in every process
+            total_blocks += 1
+            entry = meta.get(key)
+            if matching and entry is not None:
+                hit_blocks += 1
+                entry[0] = now
+                entry[1] += 1
+            else:
+                matching = False
+                if entry is None:
+                    if len(keys) >= capacity:
+                        picks = [keys[rng.randrange(len(keys))] for _ in range(sample)]
+                        victim = max(picks, key=lambda k: float(score(now, *meta[k])))
+                        i = pos.pop(victim)
+                        last = keys.pop()
+                        if last != victim:
+                            keys[i] = last
+                            pos[last] = i
+                        del meta[victim]
+                    meta[key] = [now, 0, depth]
+                    pos[key] = len(keys)
+                    keys.append(key)
+                else:
+                    entry[0] = now
+            parent = key
+    return {"hit_ratio": hit_blocks / total_blocks, "blocks": float(total_blocks)}
+
+
+def validate(program_path: str) -> None:
+    mod = _load(program_path)
+    size = mod.SAMPLE_SIZE
+    assert isinstance(size, int) and 1 <= size <= 64, f"SAMPLE_SIZE must be an int in 1..64: {size!r}"
+    for args in ((10, 3, 0, 1), (5, 5, 9, 40), (1000, 1, 100, 0)):
+        value = mod.eviction_score(*args)
+        assert isinstance(value, int | float), f"eviction_score returned {type(value).__name__}"
+        assert math.isfinite(value), f"eviction_score{args} = {value}"
+        assert value == mod.eviction_score(*args), "eviction_score is not deterministic"
+    small = simulate(mod, workload(123, 200), capacity=50)
+    assert 0.0 <= small["hit_ratio"] <= 1.0
+
+
+def evaluate(program_path: str) -> dict[str, float]:
+    return simulate(_load(program_path), workload(seed=1))
+
+
+def evaluate_held_out(program_path: str) -> dict[str, float]:
+    return simulate(_load(program_path), workload(seed=2), seed=11)
