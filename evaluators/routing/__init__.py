@@ -1,0 +1,1 @@
+"""The routing target kind: a serving-cluster simulator and its evaluator."""

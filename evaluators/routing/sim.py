@@ -1,0 +1,371 @@
+"""A discrete-event simulator of a serving cluster, advanced analytically between events.
+
+Each replica runs continuous batching with a token budget per step: every running
+sequence decodes one token, and the rest of the budget goes to chunked prefill of the
+queue's head (FIFO). Between events (an arrival anywhere, a prefill finishing, a sequence
+finishing, the KV cache running out) the batch is constant, so the replica advances in
+one jump: progress is counted in (fractional) steps of constant composition, and the step
+time is evaluated at the segment's midpoint KV size and prefill context (exact for the
+linear terms of :class:`~evaluators.routing.hardware.StepModel`). Step quantisation is
+ignored (a fluid model: an arrival joins the step in flight; error below one step).
+
+KV: each replica holds ``kv_capacity_tokens``. A request entering prefill reserves its
+whole context; decoding grows it by one token per step. When the cache is full, the
+youngest running sequence is preempted (vLLM's recompute policy): it returns to the head
+of the queue and later re-prefills its prompt and the tokens it had generated.
+
+Prefix cache: an LRU of block hashes per replica, as large as the KV cache in blocks. A
+request's cached prefix is looked up when it enters prefill and its blocks are inserted
+when its prefill finishes. (Blocks held by running sequences are not subtracted from the
+cache's room: hits are slightly optimistic when KV is nearly full.)
+
+The policy is ``route(request, view) -> int``: it sees a :class:`RequestInfo` (no output
+length: a real router does not know it) and a :class:`View` of every replica *now*.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from evaluators.routing.fleet import Fleet
+from evaluators.routing.hardware import step_model
+from evaluators.routing.workload import Workload
+
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    token_budget: int = 2048  # tokens per step (vLLM's max_num_batched_tokens for online serving)
+    max_seqs: int = 256  # running sequences per replica (vLLM's max_num_seqs)
+    kv_capacity_tokens: int | None = None  # override every replica's KV size (None: hardware)
+    prefix_cache: bool = True
+    max_queue: int | None = None  # waiting requests per replica before new ones are dropped
+
+
+class RequestInfo:
+    """What the router knows of a request (its output length is unknown to it)."""
+
+    __slots__ = ("id", "arrival", "prompt_tokens", "blocks", "session", "region")
+
+    def __init__(self, id: int, arrival: float, prompt_tokens: int, blocks: tuple[int, ...],
+                 session: int, region: str):
+        self.id, self.arrival, self.prompt_tokens = id, arrival, prompt_tokens
+        self.blocks, self.session, self.region = blocks, session, region
+
+
+class View:
+    """Every replica's state at ``now``; lists are indexed by replica.
+
+    queue: waiting requests; queued_tokens: prefill tokens still to compute for them;
+    running: decoding sequences; kv_used: fraction of KV cache in use; prefix_blocks:
+    leading blocks of *this* request already in the replica's prefix cache (as a router fed
+    by KV-cache events knows it); block_tokens: tokens per block; outstanding: queue +
+    running; speed: prefill throughput relative to an H200; accelerator, pool, region,
+    price (USD/h), rtt_s (round trip from this request's region), kv_capacity (tokens).
+    """
+
+    __slots__ = ("now", "n", "queue", "queued_tokens", "running", "kv_used", "prefix_blocks",
+                 "block_tokens", "outstanding", "speed", "accelerator", "pool", "region",
+                 "price", "rtt_s", "kv_capacity")
+
+
+class _Replica:
+    __slots__ = ("m", "cap", "cache_cap", "clock", "S", "heap", "stack", "B", "kv_const",
+                 "waiting", "wait_tokens", "head", "reserved", "pf_left", "pf_ctx", "cache",
+                 "busy", "prefill_tokens", "decode_tokens", "preemptions", "max_queue_seen")
+
+    def __init__(self, step, cap: int, block_tokens: int):
+        self.m = step
+        self.cap = cap
+        self.cache_cap = max(1, cap // block_tokens)
+        self.clock = 0.0
+        self.S = 0.0  # decode progress in steps
+        self.heap: list[tuple[float, int, int]] = []  # (finish S, run token, request)
+        self.stack: list[tuple[int, int]] = []  # join order for preemption
+        self.B = 0
+        self.kv_const = 0.0  # K = kv_const + B * S
+        self.waiting: deque[int] = deque()
+        self.wait_tokens = 0  # prompt tokens of waiting requests not yet in prefill
+        self.head = -1  # request in prefill (admitted), -1 none
+        self.reserved = 0
+        self.pf_left = 0.0
+        self.pf_ctx = 0.0
+        self.cache: OrderedDict[int, None] = OrderedDict()
+        self.busy = 0.0
+        self.prefill_tokens = 0.0
+        self.decode_tokens = 0.0
+        self.preemptions = 0
+        self.max_queue_seen = 0
+
+
+@dataclass
+class SimResult:
+    """Per-request outcomes (lists indexed by request) and per-replica totals."""
+
+    workload: Workload
+    fleet: Fleet
+    decisions: list[int]
+    first_token: list[float]  # absolute time the first token left the replica; nan if dropped
+    finish: list[float]  # absolute time the last token left the replica; nan if dropped
+    rtt: list[float]
+    cached: list[int]  # prompt tokens served from the prefix cache at first prefill
+    dropped: list[bool]
+    preempted: list[int]
+    busy_s: list[float]
+    prefill_tokens: list[float]
+    decode_tokens: list[float]
+    max_queue: list[int]
+    queue_area: list[float]  # integral of queue length over time, per replica
+    end_s: float
+    decision_s: list[float]  # policy wall time per decision (only when timed)
+
+
+def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, View], int],
+             config: SimConfig | None = None, *, time_policy: bool = False) -> SimResult:
+    """Run the whole workload through ``fleet`` with ``route`` choosing replicas; drain."""
+    cfg = config or SimConfig()
+    bt = workload.block_tokens
+    reps = [
+        _Replica(r.step, cfg.kv_capacity_tokens or r.step.kv_capacity_tokens, bt)
+        for r in fleet.replicas
+    ]
+    n_rep = len(reps)
+    N = len(workload)
+    prompt, output, blocks = workload.prompt, workload.output, workload.blocks
+    arrival = workload.arrival
+    nan = math.nan
+    first = [nan] * N
+    finish = [nan] * N
+    cached = [-1] * N
+    gen = [0] * N  # tokens generated (at the last join or preemption)
+    s_join = [0.0] * N
+    contrib = [0.0] * N
+    token = [0] * N
+    dropped = [False] * N
+    preempted = [0] * N
+    decisions = [-1] * N
+    rtt = [0.0] * N
+    budget, max_seqs, use_cache = cfg.token_budget, cfg.max_seqs, cfg.prefix_cache
+    run_seq = 0
+
+    def advance(rp: _Replica, t: float) -> None:
+        nonlocal run_seq
+        m = rp.m
+        heap = rp.heap
+        while True:
+            # -- events due now ---------------------------------------------------------
+            while heap:
+                fs, tok, rid = heap[0]
+                if token[rid] != tok:
+                    heapq.heappop(heap)
+                    continue
+                if fs > rp.S + 1e-9:
+                    break
+                heapq.heappop(heap)
+                token[rid] = -1
+                finish[rid] = rp.clock
+                gen[rid] = output[rid]
+                rp.kv_const -= contrib[rid]
+                rp.B -= 1
+            head = rp.head
+            if head >= 0 and rp.pf_left <= 1e-6:
+                rp.reserved = 0
+                rp.head = -1
+                if first[head] != first[head]:  # nan: first prefill of this request
+                    first[head] = rp.clock
+                    gen[head] = 1
+                if use_cache:
+                    cache = rp.cache
+                    for h in blocks[head]:
+                        if h in cache:
+                            cache.move_to_end(h)
+                        else:
+                            cache[h] = None
+                    while len(cache) > rp.cache_cap:
+                        cache.popitem(last=False)
+                left = output[head] - gen[head]
+                if left <= 0:
+                    finish[head] = rp.clock
+                else:
+                    run_seq += 1
+                    token[head] = run_seq
+                    s_join[head] = rp.S
+                    c = prompt[head] + gen[head] - rp.S
+                    contrib[head] = c
+                    rp.kv_const += c
+                    rp.B += 1
+                    heapq.heappush(heap, (rp.S + left, run_seq, head))
+                    rp.stack.append((run_seq, head))
+                continue
+            B = rp.B
+            kv = rp.kv_const + B * rp.S
+            if B and kv + rp.reserved >= rp.cap - 1e-6:  # KV exhausted: preempt the youngest
+                stack = rp.stack
+                while True:
+                    tok, rid = stack.pop()
+                    if token[rid] == tok:
+                        break
+                token[rid] = -1
+                rp.kv_const -= contrib[rid]
+                rp.B -= 1
+                gen[rid] += int(rp.S - s_join[rid] + 1e-9)
+                preempted[rid] += 1
+                rp.preemptions += 1
+                rp.waiting.appendleft(rid)
+                rp.wait_tokens += prompt[rid]
+                continue
+            if head < 0 and rp.waiting and B < max_seqs:  # admit the next prefill
+                rid = rp.waiting[0]
+                need = prompt[rid] + gen[rid]
+                # vLLM keeps a 1% watermark of free KV so admissions do not thrash
+                if kv + need <= rp.cap - rp.cap // 100 or B == 0:
+                    rp.waiting.popleft()
+                    rp.wait_tokens -= prompt[rid]
+                    hit = 0
+                    if use_cache:
+                        cache = rp.cache
+                        for h in blocks[rid]:
+                            if h not in cache:
+                                break
+                            hit += bt
+                        hit = min(hit, need - 1)
+                    if cached[rid] < 0:
+                        cached[rid] = min(hit, prompt[rid] - 1)
+                    rp.head = head = rid
+                    rp.reserved = need
+                    rp.pf_left = float(need - hit)
+                    rp.pf_ctx = float(hit)
+            # -- one segment of constant composition -------------------------------------
+            C = budget - B if head >= 0 and budget > B else 0
+            if B == 0 and C == 0:  # idle
+                if rp.clock < t < INF:
+                    rp.clock = t
+                return
+            if rp.clock >= t:
+                return
+            n = INF
+            if B:
+                while token[heap[0][2]] != heap[0][1]:
+                    heapq.heappop(heap)
+                n = heap[0][0] - rp.S
+                room = (rp.cap - kv - rp.reserved) / B
+                if room < n:
+                    n = room if room > 0.0 else 0.0
+            if C:
+                p = rp.pf_left / C
+                if p < n:
+                    n = p
+            kmid = kv + B * n * 0.5
+            cmid = rp.pf_ctx + C * n * 0.5
+            mem = m.mem_base_s + kmid * m.mem_per_kv_token_s
+            comp = (B + C) * m.comp_per_token_s + m.attn_coef_s * C * (2.0 * cmid + C)
+            dt = m.launch_s + (mem if mem > comp else comp)
+            end = rp.clock + n * dt
+            if end > t:
+                n = (t - rp.clock) / dt
+                end = t
+            rp.busy += end - rp.clock
+            rp.clock = end
+            rp.S += n
+            rp.decode_tokens += B * n
+            if C:
+                rp.pf_left -= C * n
+                rp.pf_ctx += C * n
+                rp.prefill_tokens += C * n
+
+    views = View()
+    views.n = n_rep
+    views.block_tokens = bt
+    h200 = step_model("H200").comp_per_token_s
+    views.speed = [h200 / r.m.comp_per_token_s for r in reps]
+    views.accelerator = [r.accelerator for r in fleet.replicas]
+    views.pool = [r.pool for r in fleet.replicas]
+    views.region = [r.region for r in fleet.replicas]
+    views.price = [r.usd_per_hour for r in fleet.replicas]
+    views.kv_capacity = [r.cap for r in reps]
+    rtt_by_region: dict[str, list[float]] = {}
+    queue_area = [0.0] * n_rep
+    timings: list[float] = []
+    last_t = 0.0
+    perf = time.perf_counter
+    for i in range(N):
+        t = arrival[i]
+        dtq = t - last_t
+        last_t = t
+        for k, rp in enumerate(reps):
+            queue_area[k] += len(rp.waiting) * dtq
+            advance(rp, t)
+        reg = workload.region[i]
+        rtts = rtt_by_region.get(reg)
+        if rtts is None:
+            rtts = rtt_by_region[reg] = [fleet.rtt(reg, r.region) for r in fleet.replicas]
+        views.now = t
+        views.rtt_s = rtts
+        views.queue = [len(rp.waiting) + (rp.head >= 0) for rp in reps]
+        views.queued_tokens = [rp.wait_tokens + int(rp.pf_left if rp.head >= 0 else 0)
+                               for rp in reps]
+        views.running = [rp.B for rp in reps]
+        views.outstanding = [q + b for q, b in zip(views.queue, views.running, strict=True)]
+        views.kv_used = [(rp.kv_const + rp.B * rp.S + rp.reserved) / rp.cap for rp in reps]
+        blk = blocks[i]
+        pb = []
+        for rp in reps:
+            cache = rp.cache
+            c = 0
+            for h in blk:
+                if h not in cache:
+                    break
+                c += 1
+            pb.append(c)
+        views.prefix_blocks = pb
+        req = RequestInfo(i, t, prompt[i], blk, workload.session[i], reg)
+        if time_policy:
+            t0 = perf()
+            k = route(req, views)
+            timings.append(perf() - t0)
+        else:
+            k = route(req, views)
+        if type(k) is not int or not 0 <= k < n_rep:
+            raise ValueError(
+                f"route() returned {k!r} for request {i}; it must return an int replica "
+                f"index in 0..{n_rep - 1}"
+            )
+        decisions[i] = k
+        rp = reps[k]
+        rtt[i] = rtts[k]
+        if prompt[i] + output[i] > rp.cap or (
+            cfg.max_queue is not None and len(rp.waiting) >= cfg.max_queue
+        ):
+            dropped[i] = True
+            continue
+        rp.waiting.append(i)
+        rp.wait_tokens += prompt[i]
+        if len(rp.waiting) > rp.max_queue_seen:
+            rp.max_queue_seen = len(rp.waiting)
+        advance(rp, t)  # admit now if the replica is idle
+    for rp in reps:
+        advance(rp, INF)
+    end_s = max([rp.clock for rp in reps] + [last_t])
+    return SimResult(
+        workload=workload, fleet=fleet, decisions=decisions, first_token=first, finish=finish,
+        rtt=rtt, cached=[max(c, 0) for c in cached], dropped=dropped, preempted=preempted,
+        busy_s=[rp.busy for rp in reps], prefill_tokens=[rp.prefill_tokens for rp in reps],
+        decode_tokens=[rp.decode_tokens for rp in reps],
+        max_queue=[rp.max_queue_seen for rp in reps], queue_area=queue_area, end_s=end_s,
+        decision_s=timings,
+    )
+
+
+def replay(decisions: list[int]) -> Callable[[RequestInfo, View], int]:
+    """A policy that returns logged decisions (the trusted side re-simulates with it)."""
+
+    def route(request: RequestInfo, view: View) -> int:
+        return decisions[request.id]
+
+    return route
