@@ -270,12 +270,11 @@ def _scan(source: str, file: str) -> tuple[_Site, ...]:
     matched: set[int] = set()
     for node in _assignments(tree.body):
         value = node.value
-        if value is None or node.end_lineno not in marked or value.end_col_offset is None:
+        if value is None or node.end_lineno not in marked or node.end_col_offset is None:
             continue
         line = node.end_lineno
         text = texts[line - 1]
-        end = _char_col(text, value.end_col_offset)
-        comment = _COMMENT.match(text, end)
+        comment = _COMMENT.match(text, _char_col(text, node.end_col_offset))
         if comment is None:
             continue  # another statement or a plain comment follows the value
         matched.add(line)
@@ -287,7 +286,7 @@ def _scan(source: str, file: str) -> tuple[_Site, ...]:
                 line=line,
             )
         name = targets[0].id
-        if value.lineno != line:
+        if node.lineno != line or value.lineno != line or value.end_col_offset is None:
             raise KnobError("the assignment spans lines; write it on one line",
                             file=file, line=line, knob=name)
         ok, default = _literal(value)
@@ -309,7 +308,8 @@ def _scan(source: str, file: str) -> tuple[_Site, ...]:
         seen[name] = line
         knob = _make_knob(name, default, comment.group(1), file, line)
         base = starts[line - 1]
-        sites.append(_Site(knob, base + _char_col(text, value.col_offset), base + end))
+        start, end = (_char_col(text, col) for col in (value.col_offset, value.end_col_offset))
+        sites.append(_Site(knob, base + start, base + end))
     if marked - matched:
         for line in sorted(_comment_lines(source) - matched):
             raise KnobError(
