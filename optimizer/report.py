@@ -183,8 +183,9 @@ def _open_storage(storage: str) -> Any:
         return optuna.storages.RDBStorage(storage, skip_table_creation=True)
     except Exception as exc:
         raise WorkspaceError(
-            f"cannot open the Optuna storage {_shown_url(storage)}: "
-            f"{type(exc).__name__}: {exc}"
+            f"cannot open the Optuna storage {_shown_url(storage)}: {type(exc).__name__}: "
+            f"{str(exc).strip()} (is it a database the optimizer wrote, and is its driver "
+            "installed?)"
         ) from None
 
 
@@ -285,10 +286,11 @@ def _winner_text(t: TargetReport) -> tuple[str, str]:
     if not w:
         return "none", ""
     text = f"{w.get('candidate', '?')}"
-    if "speedup" in w:
+    try:
         text += f" {float(w['speedup']):.3f}x"
-        if "low" in w and "high" in w:
-            text += f" (CI {float(w['low']):.3f}-{float(w['high']):.3f})"
+        text += f" (CI {float(w['low']):.3f}-{float(w['high']):.3f})"
+    except (KeyError, TypeError, ValueError):
+        pass  # a winner recorded without (numeric) evidence is still named
     return text, _code(str(w.get("branch", "")))
 
 

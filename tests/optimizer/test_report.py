@@ -1,3 +1,4 @@
+import sqlite3
 from pathlib import Path
 
 import optuna
@@ -172,6 +173,19 @@ def test_missing_storage_names_the_path(tmp_path):
     with pytest.raises(WorkspaceError, match=str(missing)):
         build_report(f"sqlite:///{missing}", "nightly", tmp_path / "out")
     assert not missing.exists()  # a report never creates a storage
+
+
+def test_a_database_that_is_not_optuna_is_refused_untouched(tmp_path):
+    db = tmp_path / "other.db"
+    con = sqlite3.connect(db)
+    con.execute("create table notes (body text)")
+    con.commit()
+    con.close()
+    with pytest.raises(WorkspaceError, match="cannot open the Optuna storage .*other.db"):
+        build_report(f"sqlite:///{db}", "nightly", tmp_path / "out")
+    con = sqlite3.connect(db)
+    assert con.execute("select name from sqlite_master").fetchall() == [("notes",)]
+    con.close()
 
 
 def test_unknown_experiment_lists_the_ones_present(storage, tmp_path):
