@@ -1,39 +1,96 @@
-"""Child-side runner: ``python -m evaluators._child ENTRY REQUEST RESPONSE``.
+"""Child-side runner: ``python -m evaluators._child RESPONSE_FD`` (the cold start).
 
-Runs inside the sandbox. Imports the trusted entry function ``module:function``, calls it
-with the request's payload and io directory, and writes its JSON-able return value (or the
-error) to RESPONSE atomically. KeyboardInterrupt and SystemExit raised by candidate code
-are reported as errors, never propagated.
+Runs inside the sandbox. Reads the request (JSON) from stdin, applies its resource limits
+to itself, imports the trusted entry function ``module:function`` and calls it with the
+payload and the io directory; the JSON-able return value (or the error) is written to the
+response pipe ``RESPONSE_FD``. Nothing else goes back: the engine parses that JSON, never a
+pickle. KeyboardInterrupt and SystemExit raised by candidate code become an ``error``
+field, never an exit of the engine. :mod:`evaluators._zygote` calls :func:`run_entry` in a
+forked child instead of starting an interpreter.
+
+The request::
+
+    {"entry": "module:function", "payload": {...}, "io_dir": "/abs/path",
+     "limits": {"as": bytes, "cpu": s, "fsize": bytes, "nofile": n, "nproc": n}}
+
+This module imports only the standard library.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
+import resource
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
+
+_RLIMITS = {
+    "as": resource.RLIMIT_AS,
+    "cpu": resource.RLIMIT_CPU,
+    "fsize": resource.RLIMIT_FSIZE,
+    "nofile": resource.RLIMIT_NOFILE,
+    "nproc": resource.RLIMIT_NPROC,
+    "core": resource.RLIMIT_CORE,
+}
 
 
-def main(argv: list[str]) -> int:
-    entry, request_path, response_path = argv
-    request = json.loads(Path(request_path).read_text())
+def apply_limits(limits: dict[str, int]) -> None:
+    """Set soft = hard limits on this process (trusted code, before any candidate import).
+
+    A value of 0 means "leave as is" (except ``core``, where 0 is the limit). Lowering a
+    hard limit is always allowed, so the candidate cannot raise them back.
+    """
+    for name, value in limits.items():
+        if name not in _RLIMITS or (value <= 0 and name != "core"):
+            continue
+        try:
+            resource.setrlimit(_RLIMITS[name], (int(value), int(value)))
+        except (ValueError, OSError) as exc:
+            print(f"sandbox: cannot set RLIMIT_{name.upper()}={value}: {exc}", file=sys.stderr)
+
+
+def _jsonable(value: Any) -> Any:
+    """Fallback for json.dump: numbers-like to float (NaN/Inf as strings), else repr."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return repr(value)[:200]
+    return number if math.isfinite(number) else str(number)
+
+
+def run_entry(entry: str, payload: dict[str, Any], io_dir: str, response_fd: int) -> int:
+    """Import and call ``entry``; write its dict (or ``{"error": ...}``) to ``response_fd``."""
     module_name, _, func_name = entry.partition(":")
     sys.path.insert(0, os.getcwd())  # the candidate's folder
-    result: dict
+    result: dict[str, Any]
     try:
         func = getattr(importlib.import_module(module_name), func_name)
-        value = func(request["payload"], Path(request["io_dir"]))
+        value = func(payload, Path(io_dir))
         result = value if isinstance(value, dict) else {"value": value}
     except BaseException as exc:  # noqa: BLE001 - candidate code may raise anything
         tb = traceback.format_exc(limit=20)
         result = {"error": f"{type(exc).__name__}: {exc}\n{tb[-3000:]}"}
-    tmp = response_path + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(result, fh, default=float)
-    os.replace(tmp, response_path)
+    try:
+        data = json.dumps(result, default=_jsonable).encode()
+    except (TypeError, ValueError) as exc:  # e.g. circular structures
+        data = json.dumps({"error": f"result is not JSON-serialisable: {exc}"}).encode()
+    with os.fdopen(response_fd, "wb", closefd=True) as fh:
+        fh.write(data)
     return 0
+
+
+def main(argv: list[str]) -> int:
+    response_fd = int(argv[0])
+    request = json.loads(sys.stdin.buffer.read())
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)  # the candidate gets no stdin
+    os.close(devnull)
+    apply_limits(request.get("limits", {}))
+    return run_entry(request["entry"], request.get("payload", {}), request["io_dir"], response_fd)
 
 
 if __name__ == "__main__":

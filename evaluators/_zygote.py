@@ -1,0 +1,234 @@
+"""The warm zygote: ``python -m evaluators._zygote SOCK_FD PIDNS PRELOAD``.
+
+A long-lived process inside the sandbox (inside bwrap when available) that imports the
+``PRELOAD`` modules once (comma-separated, e.g. ``torch,triton``; importing them creates
+no CUDA context, and nothing here may) and then forks one child per call. The child gets
+its own session, its own resource limits, a fresh environment, a private tmp directory,
+``cwd`` = the candidate's folder, stdout/stderr/response pipes passed by the engine over
+the control socket (SCM_RIGHTS), and runs :func:`evaluators._child.run_entry`.
+
+Calls are served one at a time. When a call ends (exit, crash or timeout), everything it
+left behind is killed before the reply goes out: inside a PID namespace (``PIDNS`` = 1)
+``kill(-1, SIGKILL)`` reaches every process but bwrap's init and the zygote; outside one,
+the zygote is a child subreaper, so orphans (setsid'ed escapees included) are re-parented
+to it and killed as its children. The zygote is not dumpable, so a candidate running as
+the same uid cannot ptrace it.
+
+Wire format, both directions: 4-byte big-endian length, then JSON. A request carries three
+fds (stdout, stderr, response write ends) attached to its length header.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import struct
+import sys
+import tempfile
+import time
+import traceback
+from typing import Any
+
+from evaluators._child import apply_limits, run_entry
+
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _prctl(option: int, value: int) -> None:
+    _libc.prctl(option, value, 0, 0, 0)
+
+
+def send_msg(sock: socket.socket, obj: Any, fds: list[int] | None = None) -> None:
+    body = json.dumps(obj).encode()
+    header = struct.pack(">I", len(body))
+    if fds:
+        socket.send_fds(sock, [header], fds)
+    else:
+        sock.sendall(header)
+    sock.sendall(body)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise EOFError("control socket closed")
+        buf += chunk
+    return bytes(buf)
+
+
+def recv_msg(sock: socket.socket, maxfds: int = 0) -> tuple[Any, list[int]]:
+    fds: list[int] = []
+    if maxfds:
+        header, fds, _, _ = socket.recv_fds(sock, 4, maxfds)
+        if not header:
+            raise EOFError("control socket closed")
+        if len(header) < 4:
+            header += _recv_exact(sock, 4 - len(header))
+    else:
+        header = _recv_exact(sock, 4)
+    (size,) = struct.unpack(">I", header)
+    return json.loads(_recv_exact(sock, size)), fds
+
+
+def _children_of(pid: int) -> list[int]:
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        # the comm field may hold spaces and parentheses: parse after the last ')'
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 1 and int(fields[1]) == pid:
+            out.append(int(name))
+    return out
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def sweep(pidns: bool) -> int:
+    """Kill everything a call left behind; returns how many kill rounds found processes."""
+    rounds = 0
+    me = os.getpid()
+    for _ in range(200):
+        if pidns:
+            try:
+                os.kill(-1, signal.SIGKILL)  # all but init and me: the namespace is ours
+            except ProcessLookupError:
+                _reap()
+                return rounds
+        else:
+            children = _children_of(me)
+            if not children:
+                _reap()
+                return rounds
+            for pid in children:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        rounds += 1
+        time.sleep(0.002)
+        _reap()
+    return rounds
+
+
+def _child(req: dict[str, Any], fds: list[int], tmp: str, sock: socket.socket) -> None:
+    """In the forked child: never returns."""
+    code = 70
+    try:
+        os.setsid()
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        _prctl(PR_SET_DUMPABLE, 1)
+        sock.close()
+        for target, fd in zip((1, 2, 3), fds, strict=True):
+            os.dup2(fd, target)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.closerange(4, 1 << 16)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        os.environ.clear()
+        os.environ.update(req["env"])
+        os.environ.update({"HOME": tmp, "TMPDIR": tmp, "TMP": tmp, "TEMP": tmp})
+        tempfile.tempdir = None
+        os.chdir(req["workdir"])
+        apply_limits(req["limits"])
+        code = run_entry(req["entry"], req["payload"], req["io_dir"], 3)
+    except BaseException:  # noqa: BLE001 - report anything, then exit
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def serve_call(sock: socket.socket, req: dict[str, Any], fds: list[int], n: int, pidns: bool):
+    tmp = tempfile.mkdtemp(prefix=f"call-{n}-", dir="/tmp")
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        _child(req, fds, tmp, sock)
+    for fd in fds:
+        os.close(fd)
+    timed_out = False
+    pidfd = os.pidfd_open(pid)
+    try:
+        ready, _, _ = select.select([pidfd], [], [], float(req["timeout_s"]))
+        if not ready:
+            timed_out = True
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                os.kill(pid, signal.SIGKILL)
+    finally:
+        os.close(pidfd)
+    _, status = os.waitpid(pid, 0)
+    wall = time.monotonic() - start
+    leftover = sweep(pidns)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return {
+        "returncode": os.waitstatus_to_exitcode(status),
+        "timed_out": timed_out,
+        "wall_s": wall,
+        "leftover_rounds": leftover,
+    }
+
+
+def main(argv: list[str]) -> int:
+    sock_fd, pidns_flag, preload = int(argv[0]), argv[1] == "1", argv[2]
+    # kill(-1) outside a PID namespace would hit every process of this uid: refuse unless
+    # we are pid 2 (bwrap's init is pid 1), which only happens inside a fresh namespace.
+    pidns = pidns_flag and os.getpid() == 2
+    sock = socket.socket(fileno=sock_fd)
+    _prctl(PR_SET_DUMPABLE, 0)
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    errors = []
+    for name in filter(None, preload.split(",")):
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - reported to the engine, which logs it
+            errors.append(f"{name}: {type(exc).__name__}: {exc}")
+    send_msg(sock, {"ready": True, "pid": os.getpid(), "pidns": pidns, "errors": errors})
+    n = 0
+    while True:
+        try:
+            req, fds = recv_msg(sock, maxfds=3)
+        except (EOFError, ConnectionError):
+            return 0
+        n += 1
+        if len(fds) != 3:
+            for fd in fds:
+                os.close(fd)
+            send_msg(sock, {"error": f"expected 3 fds, got {len(fds)}"})
+            continue
+        send_msg(sock, serve_call(sock, req, fds, n, pidns))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
