@@ -39,6 +39,10 @@ from evaluators.routing.workload import Workload
 INF = math.inf
 
 
+class DecisionError(ValueError):
+    """The policy returned something that is not a replica index."""
+
+
 @dataclass(frozen=True)
 class SimConfig:
     token_budget: int = 2048  # tokens per step (vLLM's max_num_batched_tokens for online serving)
@@ -332,7 +336,7 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
         else:
             k = route(req, views)
         if type(k) is not int or not 0 <= k < n_rep:
-            raise ValueError(
+            raise DecisionError(
                 f"route() returned {k!r} for request {i}; it must return an int replica "
                 f"index in 0..{n_rep - 1}"
             )

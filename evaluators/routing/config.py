@@ -1,0 +1,100 @@
+"""The routing evaluator's settings (``[evaluator]`` in target.toml) turned into objects.
+
+::
+
+    workload = { kind = "synthetic", seed = 7, duration_s = 300, sessions_per_s = 2.0 }
+             # or { kind = "trace", path = "../shared/data/traces/mooncake_conversation.jsonl",
+             #      start_s = 0, end_s = 600, rate_scale = 1.0 }
+             # optional in both: regions = { us = 0.7, eu = 0.3 }
+    held_out = { seed = 8 }                  # overrides merged over `workload`
+    check_requests = 200                     # head of the workload for the invariant checks
+    pools  = [{ accelerator = "H200", count = 8 }]
+    rtt_ms = { "us-eu" = 80 }
+    sim    = { token_budget = 2048, max_seqs = 256 }
+    slo    = { ttft_s = 2.0, tpot_s = 0.1 }
+    max_decision_ms = 1.0                    # bound on the policy's p99 decision time
+    fleet_search = { metric = "ttft_p99_s", max = 2.0 }   # for the min_replicas objective
+
+Trace paths are relative to the project root; a missing trace is an error that says so.
+Both sides (trusted and sandboxed child) build the same workload from the same settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from evaluators.routing.fleet import Fleet, build_fleet
+from evaluators.routing.metrics import Slo
+from evaluators.routing.sim import SimConfig
+from evaluators.routing.workload import SyntheticSpec, Workload, load_trace, synthetic
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+_KEYS = {"workload", "held_out", "check_requests", "pools", "rtt_ms", "sim", "slo",
+         "max_decision_ms", "fleet_search"}
+
+
+def check_settings(settings: Mapping[str, Any]) -> None:
+    unknown = set(settings) - _KEYS
+    if unknown:
+        raise ValueError(f"[evaluator]: unknown key(s) {sorted(unknown)}; allowed {sorted(_KEYS)}")
+
+
+def _table(cls: type, raw: Mapping[str, Any], where: str) -> Any:
+    names = {f.name for f in fields(cls)}
+    unknown = set(raw) - names
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; allowed {sorted(names)}")
+    return cls(**raw)
+
+
+def build_workload(raw: Mapping[str, Any]) -> Workload:
+    raw = dict(raw)
+    kind = raw.pop("kind", "synthetic")
+    regions = raw.pop("regions", None)
+    if kind == "synthetic":
+        seed = int(raw.pop("seed", 0))
+        w = synthetic(_table(SyntheticSpec, raw, "workload"), seed, name=f"synthetic-s{seed}")
+    elif kind == "trace":
+        path = Path(str(raw.pop("path", "")))
+        path = path if path.is_absolute() else PROJECT_ROOT / path
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"trace {path} not found; traces are not part of the project: put it there or "
+                "use workload = { kind = 'synthetic' }"
+            )
+        w = load_trace(path)
+        start, end = float(raw.pop("start_s", 0.0)), raw.pop("end_s", None)
+        if start > 0 or end is not None:
+            w = w.window(start, float(end) if end is not None else float("inf"))
+        scale = float(raw.pop("rate_scale", 1.0))
+        if scale != 1.0:
+            w = w.scale_rate(scale)
+        if raw:
+            raise ValueError(f"workload: unknown trace key(s) {sorted(raw)}")
+    else:
+        raise ValueError(f"workload.kind must be 'synthetic' or 'trace', not {kind!r}")
+    if regions:
+        w = w.with_regions(dict(regions), seed=0)
+    return w
+
+
+def held_out_settings(settings: Mapping[str, Any]) -> dict[str, Any] | None:
+    if "held_out" not in settings:
+        return None
+    return {**dict(settings.get("workload", {})), **dict(settings["held_out"])}
+
+
+def build_fleet_from(settings: Mapping[str, Any]) -> Fleet:
+    return build_fleet(settings.get("pools", [{"accelerator": "H200", "count": 8}]),
+                       settings.get("rtt_ms"))
+
+
+def build_sim_config(settings: Mapping[str, Any]) -> SimConfig:
+    return _table(SimConfig, settings.get("sim", {}), "sim")
+
+
+def build_slo(settings: Mapping[str, Any]) -> Slo:
+    return _table(Slo, settings.get("slo", {}), "slo")
