@@ -129,15 +129,17 @@ class _Finder:
         assert node.end_lineno is not None and node.end_col_offset is not None
         start = self.offset(node.lineno, node.col_offset)
         end = self.offset(node.end_lineno, node.end_col_offset)
-        old = self.source[start:end]
-        if not self.editable(start, end, node.lineno, node.end_lineno):
+        old, value = self.source[start:end], node.value
+        if not isinstance(value, int | float) or not self.editable(
+            start, end, node.lineno, node.end_lineno
+        ):
             return
         try:  # guards against a position that does not hold the literal
-            if ast.literal_eval(old) != node.value:
+            if ast.literal_eval(old) != value:
                 return
         except (ValueError, SyntaxError):
             return
-        new = tuple(repr(v) if isinstance(v, float) else str(v) for v in _new_numbers(node.value))
+        new = tuple(repr(v) if isinstance(v, float) else str(v) for v in _new_numbers(value))
         self.sites.append(_Site(self.path, node.lineno, start, end, old, new))
 
     def operator(self, left: ast.expr, right: ast.expr, symbol: str, new: str, w: float) -> None:
