@@ -1,0 +1,345 @@
+"""The ``kernel`` evaluator: Triton kernels in the KernelBench form, checked against float64.
+
+A target folder holds ``reference.py`` (trusted: ``Model``, ``get_inputs(**args)``,
+``get_init_inputs()``), ``kernel.py`` (editable: ``ModelNew`` with the same constructor and
+forward) and ``target.toml``::
+
+    [evaluator]
+    distributions = ["normal", "offset", "wide", "negative", "neginf_mask"]
+    allow_tf32 = false                 # float32 outputs must be full float32
+    repetitions = 100                  # timed repetitions per workload (GPU)
+    [evaluator.tolerances.bfloat16]    # optional per-dtype override of numerics defaults
+    norm = 8e-3
+    [[evaluator.workloads]]
+    name = "bf16-4096"
+    device = "cuda"                    # "cuda" (native) or "cpu" (TRITON_INTERPRET=1)
+    args = { rows = 4096, cols = 4096, dtype = "bfloat16" }   # -> get_inputs(**args)
+    init = [4096, 1e-6]                # optional; default get_init_inputs()
+    param_dtype = "bfloat16"           # optional; default args.dtype
+    skip = "reason"                    # optional; reported, not run
+
+Stages: ``static_check`` (AST rules, :mod:`evaluators.static_checks`), ``correctness``
+(one sandboxed call runs every workload of this device: 3 fresh input sets from the hidden
+seed plus an in-place rerun; see :mod:`evaluators.kernels_child`), ``performance`` (CUDA
+events; PRUNED without a GPU) and ``compare`` (candidate and incumbent interleaved).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import random
+import shutil
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from evaluators import numerics
+from evaluators._base import EvalContext, Evaluator, result_from_call
+from evaluators.static_checks import check_source
+from optimizer.errors import ConfigError
+from optimizer.records import CandidateState, EvalResult
+
+_EVAL_KEYS = {"distributions", "allow_tf32", "repetitions", "tolerances", "workloads", "blocks"}
+_WORKLOAD_KEYS = {"name", "device", "args", "init", "param_dtype", "skip"}
+NO_GPU = "no GPU: correctness verified, timing skipped"
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    device: str
+    args: dict[str, Any]
+    init: tuple[Any, ...] | None = None
+    param_dtype: str | None = None
+    skip: str = ""
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    workloads: tuple[Workload, ...]
+    distributions: tuple[str, ...] = ("normal", "uniform", "offset", "wide", "negative")
+    allow_tf32: bool = False
+    repetitions: int = 100
+    blocks: int = 5
+    tolerances: tuple[tuple[str, numerics.Tolerance], ...] = ()
+
+    @classmethod
+    def parse(cls, raw: dict[str, Any], where: str) -> KernelConfig:
+        unknown = set(raw) - _EVAL_KEYS
+        if unknown:
+            raise ConfigError(f"unknown [evaluator] key(s) {sorted(unknown)}; allowed: "
+                              f"{sorted(_EVAL_KEYS)}", file=where)
+        dists = tuple(raw.get("distributions", cls.distributions))
+        for d in dists:
+            if d not in numerics.DISTRIBUTIONS:
+                raise ConfigError(f"unknown distribution {d!r}; known: {numerics.DISTRIBUTIONS}",
+                                  file=where, key="evaluator.distributions")
+        if len(dists) < 2:
+            raise ConfigError("give at least two distributions", file=where,
+                              key="evaluator.distributions")
+        workloads = []
+        for i, w in enumerate(raw.get("workloads", [])):
+            key = f"evaluator.workloads[{i}]"
+            if not isinstance(w, dict) or set(w) - _WORKLOAD_KEYS or "name" not in w:
+                raise ConfigError(f"a workload is a table with keys {sorted(_WORKLOAD_KEYS)} "
+                                  "('name' required)", file=where, key=key)
+            device = w.get("device", "cuda")
+            if device not in ("cuda", "cpu"):
+                raise ConfigError("device must be 'cuda' or 'cpu'", file=where, key=key)
+            init = w.get("init")
+            workloads.append(Workload(str(w["name"]), device, dict(w.get("args", {})),
+                                      tuple(init) if init is not None else None,
+                                      w.get("param_dtype"), str(w.get("skip", ""))))
+        if not workloads:
+            raise ConfigError("no [[evaluator.workloads]]", file=where)
+        try:
+            tols = numerics.tolerances_from_config(raw)
+        except ValueError as exc:
+            raise ConfigError(str(exc), file=where) from None
+        return cls(tuple(workloads), dists, bool(raw.get("allow_tf32", False)),
+                   int(raw.get("repetitions", 100)), int(raw.get("blocks", 5)),
+                   tuple(tols.items()))
+
+    def tolerance(self, dtype: str) -> numerics.Tolerance:
+        return dict(self.tolerances).get(dtype, numerics.DEFAULT_TOLERANCES["float32"])
+
+
+def load_reference(target_dir: Path) -> Any:
+    """Import the trusted ``reference.py`` of a target under a private module name."""
+    path = target_dir / "reference.py"
+    name = f"_reference_{abs(hash(str(path)))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ConfigError("cannot import reference.py", file=str(path))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _device_kind(device: str) -> str:
+    return "cuda" if device.startswith("cuda") else "cpu"
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+class KernelEvaluator(Evaluator):
+    kind: ClassVar[str] = "kernel"
+    preload: ClassVar[tuple[str, ...]] = ("torch", "triton")
+
+    def __init__(self, target: Any):
+        super().__init__(target)
+        self.config = KernelConfig.parse(dict(target.evaluator), f"{target.rel_path}/target.toml")
+
+    # -- stage 1 ---------------------------------------------------------------------
+    def static_check(self, cand_dir: Path) -> EvalResult:
+        base = super().static_check(cand_dir)
+        if not base.ok:
+            return base
+        findings = []
+        for rel in self.target.editable:
+            if rel.endswith(".py"):
+                src = (cand_dir / rel).read_text()
+                findings += [f"{rel}: {f}" for f in
+                             check_source(src, rel, allow_tf32=self.config.allow_tf32,
+                                          require_model=rel == "kernel.py")]
+        if findings:
+            return EvalResult(CandidateState.REJECTED, "; ".join(findings[:8]), "static",
+                              artifacts={"static_check.txt": "\n".join(findings)})
+        return EvalResult(CandidateState.VALID, "", "static")
+
+    # -- stage 2 ---------------------------------------------------------------------
+    def correctness(self, cand_dir: Path, ctx: EvalContext) -> EvalResult:
+        import torch
+        from safetensors.torch import load_file, save_file
+
+        device = _device_kind(ctx.device)
+        reference = load_reference(self.target.path)
+        rng = random.Random(ctx.seed)
+        report: list[str] = [f"# validation ({device}, {len(self.config.workloads)} workloads)"]
+        jobs, cases, refs, metas = [], {}, {}, {}
+        for i, w in enumerate(self.config.workloads):
+            if w.device != device:
+                continue
+            if w.skip:
+                report.append(f"- {w.name}: SKIPPED: {w.skip}")
+                continue
+            wid = f"w{i}"
+            init = list(w.init if w.init is not None else reference.get_init_inputs())
+            pdt = w.param_dtype or w.args.get("dtype")
+            param_dtype = numerics.torch_dtype(pdt) if pdt else None
+            dists = rng.sample(self.config.distributions, k=min(3, len(self.config.distributions)))
+            while len(dists) < 3:
+                dists.append(rng.choice(self.config.distributions))
+            for key, dist in zip("ABC", dists, strict=True):
+                case = numerics.make_case(reference, w.args, init, dist, rng.getrandbits(31),
+                                          param_dtype)
+                if key != "A":  # one parameter set per model: B and C share A's weights
+                    case = numerics.Case(case.dist, case.inputs, cases[wid, "A"].params)
+                cases[wid, key] = case
+                refs[wid, key] = numerics.reference_output(reference, init, case)
+                save_file({str(j): t.contiguous() for j, t in enumerate(case.inputs)
+                           if isinstance(t, torch.Tensor)},
+                          str(ctx.io_dir / f"{wid}.{key}.safetensors"))
+            a = cases[wid, "A"]
+            save_file({k: v.contiguous() for k, v in a.params.items()},
+                      str(ctx.io_dir / f"{wid}.params.safetensors"))
+            metas[wid] = numerics.expected_meta(reference, init, a)
+            jobs.append({
+                "id": wid, "name": w.name, "init": init, "n_inputs": len(a.inputs),
+                "scalars": {str(j): t for j, t in enumerate(a.inputs)
+                            if not isinstance(t, torch.Tensor)},
+                "expect": [[list(s), _dtype_name(d)] for s, d in metas[wid]],
+            })
+        if not jobs:
+            return EvalResult(CandidateState.VALID, f"no {device} workloads to check",
+                              "correctness", artifacts={"validation.md": "\n".join(report)})
+        call = ctx.run("evaluators.kernels_child:check", {"device": device, "workloads": jobs},
+                       workdir=cand_dir)
+        failed = result_from_call(call, "correctness")
+        if failed is not None:
+            return failed
+        metrics: dict[str, float] = {}
+        by_id = {r["id"]: r for r in call.response.get("workloads", [])}
+        for job in jobs:
+            wid, name = job["id"], job["name"]
+            res = by_id.get(wid)
+            if res is None:
+                return self._invalid(f"{name}: no result", report)
+            if res["problems"]:
+                return self._invalid(f"{name}: {res['problems'][0]}", report, rejected=True)
+            for k in ("A", "B"):
+                post = load_file(str(ctx.io_dir / f"{wid}.post.{k}.safetensors"))
+                for j, t in enumerate(cases[wid, k].inputs):
+                    if isinstance(t, torch.Tensor) and not numerics.bitwise_equal(
+                            post[str(j)], t):
+                        return self._invalid(f"{name}: input {j} was modified by the call",
+                                             report)
+            outs = {c: load_file(str(ctx.io_dir / f"{wid}.out.{c}.safetensors"))
+                    for c in ("A1", "B", "C", "A2")}
+            worst = 0.0
+            for call_name, key in (("A1", "A"), ("B", "B"), ("C", "C")):
+                out = outs[call_name]
+                for j, (ref, (_shape, dtype)) in enumerate(zip(refs[wid, key], metas[wid],
+                                                              strict=True)):
+                    if str(j) not in out:
+                        return self._invalid(f"{name}: output {j} missing", report)
+                    o = out[str(j)]
+                    if o.dtype != dtype:
+                        return self._invalid(
+                            f"{name}: output {j} has dtype {_dtype_name(o.dtype)}, the reference "
+                            f"gives {_dtype_name(dtype)}", report)
+                    dn = _dtype_name(dtype)
+                    v = numerics.compare(o, ref, self.config.tolerance(dn),
+                                         allow_downcast=self.config.allow_tf32, out_dtype=dn)
+                    where = f"{name}, inputs '{cases[wid, key].dist}'"
+                    if call_name == "C":
+                        where += " (written into the previous call's input storage)"
+                    if not v.ok:
+                        return self._invalid(f"{where}, output {j}: {v.reason}", report)
+                    worst = max(worst, v.norm_err)
+                    report.append(f"- {where}, output {j}: ok, rel. norm error {v.norm_err:.2e}")
+            for j in range(len(metas[wid])):
+                if not numerics.bitwise_equal(outs["A1"][str(j)], outs["A2"][str(j)]):
+                    return self._invalid(f"{name}: nondeterministic: output {j} differs bitwise "
+                                         "between two calls on the same inputs", report)
+            metrics[f"norm_err/{name}"] = worst
+        return EvalResult(CandidateState.VALID, "", "correctness", metrics=metrics,
+                          artifacts={"validation.md": "\n".join(report)})
+
+    @staticmethod
+    def _invalid(reason: str, report: list[str], rejected: bool = False) -> EvalResult:
+        report.append(f"- FAILED: {reason}")
+        state = CandidateState.REJECTED if rejected else CandidateState.INVALID
+        return EvalResult(state, reason, "correctness",
+                          artifacts={"validation.md": "\n".join(report)})
+
+    # -- stage 3 ---------------------------------------------------------------------
+    def _timing_payload(self, ctx: EvalContext, baseline: Path | None, blocks: int) -> dict:
+        reference = None
+        jobs = []
+        for i, w in enumerate(self.config.workloads):
+            if w.device != "cuda" or w.skip:
+                continue
+            if w.init is None and reference is None:
+                reference = load_reference(self.target.path)
+            init = list(w.init if w.init is not None else reference.get_init_inputs())
+            jobs.append({"id": f"w{i}", "name": w.name, "args": w.args, "init": init,
+                         "param_dtype": w.param_dtype or w.args.get("dtype")})
+        return {"reference": str(self.target.path / "reference.py"), "workloads": jobs,
+                "seed": ctx.seed, "reps": self.config.repetitions, "blocks": blocks,
+                "baseline_dir": str(baseline) if baseline else None}
+
+    def _timed(self, cand_dir: Path, ctx: EvalContext, baseline: Path | None, blocks: int,
+               stage: str) -> tuple[EvalResult | None, dict]:
+        if _device_kind(ctx.device) != "cuda":
+            return EvalResult(CandidateState.PRUNED, NO_GPU, stage), {}
+        payload = self._timing_payload(ctx, baseline, blocks)
+        if not payload["workloads"]:
+            return EvalResult(CandidateState.PRUNED, "no cuda workloads in target.toml", stage), {}
+        call = ctx.run("evaluators.kernels_child:time_kernels", payload, workdir=cand_dir)
+        failed = result_from_call(call, stage)
+        if failed is not None:
+            return failed, {}
+        from evaluators import timing  # torch only; safe once a GPU child has run
+
+        resp = call.response
+        copy_gbs = float(resp["copy_gbs"])
+        for w in resp["workloads"]:
+            for block in w["blocks"]:
+                for impl, s in block.items():
+                    samples = timing.Samples(tuple(s["event_ms"]), tuple(s["wall_ms"]))
+                    why = timing.implausible(samples, int(w["bytes"]), copy_gbs)
+                    if why and impl == "candidate":
+                        return EvalResult(CandidateState.REJECTED, f"{w['id']}: {why}", stage), {}
+        return None, resp
+
+    def performance(self, cand_dir: Path, ctx: EvalContext) -> EvalResult:
+        failed, resp = self._timed(cand_dir, ctx, None, 1, "performance")
+        if failed is not None:
+            return failed
+        from evaluators import timing
+
+        metrics: dict[str, float] = {"copy_gbs": float(resp["copy_gbs"])}
+        medians, samples = [], []
+        for w in resp["workloads"]:
+            s = w["blocks"][0]["candidate"]
+            summ = timing.summary(timing.Samples(tuple(s["event_ms"]), tuple(s["wall_ms"])),
+                                  int(w["bytes"]), float(resp["copy_gbs"]))
+            for k, v in summ.items():
+                metrics[f"{k}/{w['id']}"] = v
+            medians.append(summ["ms"])
+            samples.append(s["event_ms"])
+        # geometric mean: every workload counts alike, whatever its size
+        time_ms = math.exp(statistics.fmean(math.log(m) for m in medians))
+        metrics["time_ms"] = time_ms
+        per_rep = [math.exp(statistics.fmean(math.log(x[r]) for x in samples))
+                   for r in range(min(len(x) for x in samples))]
+        return EvalResult(CandidateState.VALID, "", "performance", metrics=metrics,
+                          objectives=(time_ms,), samples={"time_ms": tuple(per_rep)})
+
+    def compare(self, cand_dir: Path, base_dir: Path, ctx: EvalContext, repeats: int
+                ) -> EvalResult:
+        # the baseline folder is copied next to scratch so the sandbox can read it
+        base_copy = ctx.io_dir / "baseline"
+        if base_copy.exists():
+            shutil.rmtree(base_copy)
+        shutil.copytree(base_dir, base_copy)
+        failed, resp = self._timed(cand_dir, ctx, base_copy, max(1, repeats), "compare")
+        if failed is not None:
+            return failed
+        cand, base = [], []
+        for b in range(max(1, repeats)):
+            meds = {"candidate": [], "baseline": []}
+            for w in resp["workloads"]:
+                for impl in meds:
+                    meds[impl].append(statistics.median(w["blocks"][b][impl]["event_ms"]))
+            cand.append(math.exp(statistics.fmean(math.log(m) for m in meds["candidate"])))
+            base.append(math.exp(statistics.fmean(math.log(m) for m in meds["baseline"])))
+        return EvalResult(CandidateState.VALID, "", "compare",
+                          samples={"candidate": tuple(cand), "baseline": tuple(base)})

@@ -1,0 +1,219 @@
+"""Trusted entry functions that run inside the sandbox, next to a candidate's ``kernel.py``.
+
+``check(payload, io_dir)``  runs the candidate on inputs the trusted side wrote, with outputs
+poisoned, and writes outputs (and inputs as they were after the call) back for comparison.
+``time_kernels(payload, io_dir)`` times candidate (and optionally baseline) on the GPU.
+
+Nothing here decides correctness: the trusted side compares. Without CUDA, Triton runs in
+its interpreter: ``TRITON_INTERPRET=1`` is set before triton or the candidate is imported.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+# call sequence per workload: (name, input set loaded into the live input tensors)
+# A1 then B, then C written *into A's storage* (catches caches keyed by data pointer or
+# shape), then A again into the same storage (bitwise determinism against A1).
+CALLS = (("A1", "A"), ("B", "B"), ("C", "C"), ("A2", "A"))
+
+
+def _setup(device: str) -> Any:
+    if device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+
+    return torch
+
+
+def _load(module_file: Path, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, module_file)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {module_file}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _install_poison(torch: Any) -> None:
+    """Every torch.empty*/new_empty returns NaN (floats) or the max integer: memory a kernel
+    never writes, or reads before writing, is visible in the output."""
+
+    def fill(t: Any) -> Any:
+        if isinstance(t, torch.Tensor) and t.numel():
+            with torch.no_grad():
+                if t.is_floating_point():
+                    t.fill_(float("nan"))
+                elif t.dtype != torch.bool:
+                    t.fill_(torch.iinfo(t.dtype).max)
+        return t
+
+    def wrap(fn: Any) -> Any:
+        def poisoned(*args: Any, **kwargs: Any) -> Any:
+            return fill(fn(*args, **kwargs))
+
+        return poisoned
+
+    for name in ("empty", "empty_like", "empty_strided"):
+        setattr(torch, name, wrap(getattr(torch, name)))
+    torch.Tensor.new_empty = wrap(torch.Tensor.new_empty)
+
+
+def _poison_allocator(torch: Any, device: str, expect: list) -> None:
+    """Empty the CUDA caching allocator, then leave NaN-filled blocks of the output sizes in
+    it, so an output allocated by any route starts as NaN."""
+    if device != "cuda":
+        return
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    blocks = []
+    for shape, dtype in expect:
+        dt = getattr(torch, dtype)
+        if dt.is_floating_point:
+            blocks.append(torch.full(shape, float("nan"), dtype=dt, device=device))
+    del blocks
+    torch.cuda.synchronize()
+
+
+def _storage_problems(torch: Any, outs: list, inputs: list, earlier: list, device: str) -> list:
+    problems = []
+    for i, o in enumerate(outs):
+        if type(o) is not torch.Tensor:
+            problems.append(f"output {i} is a {type(o).__name__}, not a plain torch.Tensor")
+            continue
+        if o.device.type != device:
+            problems.append(f"output {i} is on {o.device}, inputs are on {device}")
+        if not o.is_contiguous():
+            problems.append(f"output {i} is not contiguous (strides {tuple(o.stride())})")
+        ptr = o.untyped_storage().data_ptr()
+        for j, t in enumerate(inputs):
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == ptr:
+                problems.append(f"output {i} aliases input {j} (same storage)")
+        for e in earlier:
+            if e.untyped_storage().data_ptr() == ptr:
+                problems.append(
+                    f"output {i} reuses the storage of an output returned by an earlier call "
+                    f"that is still alive (state kept across calls)"
+                )
+    return problems
+
+
+def check(payload: dict, io_dir: Path) -> dict:
+    device = payload["device"]
+    torch = _setup(device)
+    from safetensors.torch import load_file, save_file
+
+    from evaluators.numerics import as_list
+
+    _install_poison(torch)
+    mod = _load(Path.cwd() / payload.get("module", "kernel.py"), "candidate_kernel")
+    if not hasattr(mod, "ModelNew"):
+        return {"error": "kernel.py defines no ModelNew class"}
+    results = []
+    for w in payload["workloads"]:
+        wid = w["id"]
+        res: dict[str, Any] = {"id": wid, "problems": []}
+        results.append(res)
+        model = mod.ModelNew(*w["init"])
+        params = load_file(str(io_dir / f"{wid}.params.safetensors"))
+        if params:
+            model.load_state_dict(params, strict=True)
+        model = model.to(device)
+        sets = {k: load_file(str(io_dir / f"{wid}.{k}.safetensors")) for k in "ABC"}
+        n = w["n_inputs"]
+        scalars = {int(k): v for k, v in w["scalars"].items()}
+
+        def build(s: dict, n: int = n, scalars: dict = scalars) -> list:
+            return [scalars[i] if i in scalars else s[str(i)].to(device, copy=True)
+                    for i in range(n)]
+
+        live = build(sets["A"])
+        earlier: list = []
+        for call, src in CALLS:
+            if call != "A1":
+                if src == "B":
+                    live_call = build(sets["B"])
+                else:
+                    for i, t in enumerate(live):
+                        if isinstance(t, torch.Tensor):
+                            t.copy_(sets[src][str(i)].to(device))
+                    live_call = live
+            else:
+                live_call = live
+            _poison_allocator(torch, device, w["expect"])
+            with torch.no_grad():
+                out = as_list(model(*live_call))
+            if device == "cuda":
+                torch.cuda.synchronize()
+            res["problems"] += _storage_problems(torch, out, live_call, earlier, device)
+            earlier += [o for o in out if isinstance(o, torch.Tensor)]
+            save_file(
+                {str(i): o.detach().to("cpu").contiguous() for i, o in enumerate(out)},
+                str(io_dir / f"{wid}.out.{call}.safetensors"),
+            )
+            if call in ("A1", "B"):
+                save_file(
+                    {
+                        str(i): t.detach().to("cpu").contiguous()
+                        for i, t in enumerate(live_call)
+                        if isinstance(t, torch.Tensor)
+                    },
+                    str(io_dir / f"{wid}.post.{call[0]}.safetensors"),
+                )
+        del earlier, live
+    return {"workloads": results}
+
+
+def time_kernels(payload: dict, io_dir: Path) -> dict:
+    """Interleaved CUDA-event timing of the candidate (cwd) and, if given, a baseline folder."""
+    torch = _setup("cuda")
+    if not torch.cuda.is_available():
+        return {"error": "no CUDA device in the sandbox"}
+    from evaluators import timing
+    from evaluators.numerics import make_case
+
+    reference = _load(Path(payload["reference"]), "trusted_reference")
+    cand = _load(Path.cwd() / payload.get("module", "kernel.py"), "candidate_kernel")
+    impls = {"candidate": cand}
+    if payload.get("baseline_dir"):
+        impls["baseline"] = _load(
+            Path(payload["baseline_dir"]) / payload.get("module", "kernel.py"), "baseline_kernel"
+        )
+    copy_gbs = timing.copy_bandwidth_gbs()
+    flusher = timing.L2Flusher("cuda")
+    out: dict[str, Any] = {"copy_gbs": copy_gbs, "device_name": torch.cuda.get_device_name(),
+                           "workloads": []}
+    for w in payload["workloads"]:
+        dtype = getattr(torch, w["param_dtype"]) if w.get("param_dtype") else None
+        case = make_case(reference, w["args"], w["init"], "normal", payload["seed"], dtype)
+        inputs = [t.to("cuda") if isinstance(t, torch.Tensor) else t for t in case.inputs]
+        fns = {}
+        for name, mod in impls.items():
+            model = mod.ModelNew(*w["init"])
+            if case.params:
+                model.load_state_dict(case.params, strict=True)
+            model = model.to("cuda")
+
+            def call(model: Any = model, inputs: list = inputs) -> Any:
+                with torch.no_grad():
+                    return model(*inputs)
+
+            fns[name] = call
+        with torch.no_grad():
+            result = fns["candidate"]()
+        nbytes = timing.tensor_bytes(list(inputs)) + timing.tensor_bytes(result) + sum(
+            timing.tensor_bytes(p) for p in case.params.values()
+        )
+        blocks = []
+        for _ in range(int(payload.get("blocks", 1))):
+            samples = timing.time_interleaved(fns, reps=int(payload.get("reps", 100)),
+                                              flusher=flusher)
+            blocks.append({k: {"event_ms": list(s.event_ms), "wall_ms": list(s.wall_ms)}
+                           for k, s in samples.items()})
+        out["workloads"].append({"id": w["id"], "bytes": nbytes, "blocks": blocks})
+    return out

@@ -1,0 +1,289 @@
+"""Floating-point validation: fresh inputs, a float64 reference, and a verdict with reasons.
+
+Used on the trusted side only (the engine process, or a trusted benchmark script). Imports
+torch and the standard library, never candidate code.
+
+Why each check exists (each one has an adversarial kernel in tests/evaluators/kernels/):
+
+- relative norm error ``||out - ref|| / ||ref||`` *and* a per-element bound
+  ``|out - ref| <= atol * rms(ref) + rtol * |ref|``: an all-zeros softmax over 4096 columns
+  has every element below 1e-3, so an absolute per-element bound alone passes it; the norm
+  ratio is 1.0 and fails it. ``atol`` is scaled by ``rms(ref)`` so that one tolerance fits
+  inputs with a large offset and inputs near zero alike.
+- NaN or Inf where the reference is finite: outputs are poisoned with NaN before each call,
+  so an element the kernel never wrote, or a read of uninitialised scratch, shows up here.
+- float32 targets: an error between the float32 bound and 3e-2 is what a TF32, fp16 or bf16
+  downcast produces (TF32 near 3e-4, bf16 near 2e-3 on these targets), and is reported so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Bounds for one output dtype (see module docstring for the per-element formula)."""
+
+    norm: float  # bound on ||out - ref|| / ||ref||
+    rtol: float  # per element, relative to |ref|
+    atol: float  # per element, relative to rms(ref)
+
+    @classmethod
+    def from_config(cls, value: Any, where: str, base: Tolerance) -> Tolerance:
+        if isinstance(value, Mapping) and set(value) <= {"norm", "rtol", "atol"}:
+            return cls(
+                float(value.get("norm", base.norm)),
+                float(value.get("rtol", base.rtol)),
+                float(value.get("atol", base.atol)),
+            )
+        raise ValueError(
+            f"{where}: a tolerance is {{ norm = x, rtol = y, atol = z }}, not {value!r}"
+        )
+
+
+# Output rounding alone gives a relative norm error near ulp/2/sqrt(3): 1.1e-3 for bf16
+# (8 bits), 2.8e-4 for fp16 (11 bits); the bounds leave room for fp32 accumulation order.
+DEFAULT_TOLERANCES: dict[str, Tolerance] = {
+    "float64": Tolerance(1e-12, 1e-10, 1e-12),
+    "float32": Tolerance(1e-5, 1e-4, 1e-5),
+    "float16": Tolerance(2e-3, 4e-3, 2e-3),
+    "bfloat16": Tolerance(8e-3, 2e-2, 1e-2),
+}
+
+# Distributions a target may ask for; none produces zeros (they hide unwritten outputs).
+DISTRIBUTIONS = ("normal", "uniform", "offset", "wide", "negative", "neginf_mask")
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r}; use one of {', '.join(FLOAT_DTYPES)}, int64")
+    return dtype
+
+
+def draw(shape: Sequence[int], dtype: torch.dtype, dist: str, gen: torch.Generator) -> torch.Tensor:
+    """A fresh floating tensor from ``dist`` (drawn in float32, rounded to ``dtype``)."""
+    shape = tuple(int(s) for s in shape)
+    x = torch.randn(shape, generator=gen, dtype=torch.float32)
+    if dist == "normal":
+        pass
+    elif dist == "uniform":
+        x = torch.rand(shape, generator=gen, dtype=torch.float32) * 6.0 - 3.0
+    elif dist == "offset":
+        # catches one-pass E[x^2] - E[x]^2 variance and max-free exp
+        x = x * 4.0 + 300.0
+    elif dist == "wide":
+        x = x * 40.0  # exp() overflows in float32 unless the row maximum is subtracted
+    elif dist == "negative":
+        x = -x.abs() * 5.0 - 20.0
+    elif dist == "neginf_mask":
+        mask = torch.rand(shape, generator=gen) < 0.15
+        if len(shape) >= 1 and shape[-1] > 0:
+            mask[..., 0] = False  # never a row of -inf only (softmax is NaN there)
+        x = x.masked_fill(mask, float("-inf"))
+    else:
+        raise ValueError(f"unknown distribution {dist!r}; known: {', '.join(DISTRIBUTIONS)}")
+    x = x.to(dtype)
+    # a value that rounded to exactly zero is fine; a tensor of zeros is not
+    if x.numel() and not bool((x != 0).any()):
+        raise AssertionError("draw produced an all-zero tensor")
+    return x
+
+
+@dataclass(frozen=True)
+class Case:
+    """One set of inputs (model parameters included) for one workload."""
+
+    dist: str
+    inputs: tuple[Any, ...]  # tensors or Python scalars, as the reference's forward takes
+    params: Mapping[str, torch.Tensor] = field(default_factory=dict)
+
+
+def make_case(
+    reference: Any,
+    args: Mapping[str, Any],
+    init_inputs: Sequence[Any],
+    dist: str,
+    seed: int,
+    param_dtype: torch.dtype | None,
+) -> Case:
+    """Shapes, dtypes and integer inputs from ``reference.get_inputs(**args)``; floating values
+    redrawn from ``dist``; parameters of ``Model(*init_inputs)`` drawn near 1 (not exactly 1,
+    so a kernel that ignores a weight fails)."""
+    torch.manual_seed(seed)
+    template = list(reference.get_inputs(**args))
+    gen = torch.Generator().manual_seed(seed ^ 0x5EED)
+    inputs: list[Any] = []
+    for t in template:
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            inputs.append(draw(t.shape, t.dtype, dist, gen))
+        elif isinstance(t, torch.Tensor):
+            inputs.append(t.clone())
+        else:
+            inputs.append(t)
+    model = reference.Model(*init_inputs)
+    params: dict[str, torch.Tensor] = {}
+    for name, p in model.state_dict().items():
+        dtype = param_dtype if (param_dtype and p.is_floating_point()) else p.dtype
+        if p.is_floating_point():
+            noise = torch.randn(p.shape, generator=gen) * 0.5 + 1.0
+            params[name] = noise.to(dtype)
+        else:
+            params[name] = p.clone()
+    return Case(dist, tuple(inputs), params)
+
+
+def reference_output(reference: Any, init_inputs: Sequence[Any], case: Case) -> list[torch.Tensor]:
+    """The reference model's answer in float64 on the CPU, from the same rounded values."""
+    model = reference.Model(*init_inputs).double()
+    if case.params:
+        model.load_state_dict(
+            {k: (v.double() if v.is_floating_point() else v) for k, v in case.params.items()}
+        )
+    inputs = [
+        t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+        for t in case.inputs
+    ]
+    with torch.no_grad():
+        out = model(*inputs)
+    return [o.double() for o in as_list(out)]
+
+
+def expected_meta(
+    reference: Any, init_inputs: Sequence[Any], case: Case
+) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    """Shape and dtype the reference gives at the workload's own dtype, computed on 'meta'."""
+    with torch.device("meta"):
+        model = reference.Model(*init_inputs)
+    for name, p in case.params.items():
+        _set_meta_param(model, name, p.dtype)
+    inputs = [t.to("meta") if isinstance(t, torch.Tensor) else t for t in case.inputs]
+    with torch.no_grad():
+        out = model(*inputs)
+    return [(tuple(o.shape), o.dtype) for o in as_list(out)]
+
+
+def _set_meta_param(model: torch.nn.Module, name: str, dtype: torch.dtype) -> None:
+    owner_name, _, attr = name.rpartition(".")
+    owner = model.get_submodule(owner_name) if owner_name else model
+    current = getattr(owner, attr)
+    new = current.to(dtype)
+    if isinstance(current, torch.nn.Parameter):
+        new = torch.nn.Parameter(new, requires_grad=False)
+    setattr(owner, attr, new)
+
+
+def as_list(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, list | tuple) and all(isinstance(o, torch.Tensor) for o in out):
+        return list(out)
+    raise TypeError(f"forward must return a tensor or a tuple of tensors, not {type(out).__name__}")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    reason: str = ""
+    norm_err: float = 0.0
+    max_abs: float = 0.0
+    bad: int = 0
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, *, allow_downcast: bool = True,
+            out_dtype: str = "") -> Verdict:
+    """Compare one output with its float64 reference; the reason says what is wrong and where."""
+    if tuple(out.shape) != tuple(ref.shape):
+        return Verdict(False, f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
+    o = out.detach().to("cpu", torch.float64)
+    r = ref.to(torch.float64)
+    ref_nan = torch.isnan(r)
+    out_nan = torch.isnan(o)
+    bad_nan = out_nan & ~ref_nan
+    if bool(bad_nan.any()):
+        n = int(bad_nan.sum())
+        first = _index(bad_nan)
+        return Verdict(
+            False,
+            f"{n} of {o.numel()} elements are NaN where the reference is finite (first at "
+            f"{first}): outputs are NaN-poisoned before each call, so these were never written "
+            f"or were computed from uninitialised memory",
+            math.inf,
+            math.inf,
+            n,
+        )
+    if bool((ref_nan & ~out_nan).any()):
+        return Verdict(False, "reference is NaN where the output is not", math.inf, math.inf, 1)
+    finite = ~ref_nan
+    r_inf = torch.isinf(r) & finite
+    if bool((torch.isinf(o) & finite & (o != r)).any()) or bool((r_inf & (o != r)).any()):
+        n = int(((torch.isinf(o) | r_inf) & (o != r) & finite).sum())
+        return Verdict(False, f"{n} elements are +-Inf where the reference differs", math.inf,
+                       math.inf, n)
+    cmp = finite & ~r_inf
+    rv, ov = r[cmp], o[cmp]
+    diff = (ov - rv).abs()
+    ref_norm = float(torch.linalg.vector_norm(rv)) if rv.numel() else 0.0
+    err_norm = float(torch.linalg.vector_norm(diff)) if diff.numel() else 0.0
+    norm_err = err_norm / ref_norm if ref_norm > 0 else err_norm
+    rms = ref_norm / math.sqrt(max(rv.numel(), 1))
+    bound = tol.atol * rms + tol.rtol * rv.abs()
+    over = diff > bound
+    n_bad = int(over.sum())
+    max_abs = float(diff.max()) if diff.numel() else 0.0
+    if norm_err <= tol.norm and n_bad == 0:
+        return Verdict(True, "", norm_err, max_abs, 0)
+    parts = []
+    if norm_err > tol.norm:
+        parts.append(f"relative norm error {norm_err:.3g} > {tol.norm:.3g}")
+    if n_bad:
+        worst = int(torch.argmax(diff - bound))
+        parts.append(
+            f"{n_bad} of {rv.numel()} elements outside atol*rms+rtol*|ref| "
+            f"(worst: got {float(ov[worst]):.6g}, want {float(rv[worst]):.6g})"
+        )
+    reason = "; ".join(parts)
+    if out_dtype == "float32" and not allow_downcast and tol.norm < norm_err < 3e-2:
+        reason += (
+            "; an error of this size is what a TF32/fp16/bf16 downcast gives, and this target "
+            "requires full float32 (set allow_tf32 = true in [evaluator] to permit it)"
+        )
+    return Verdict(False, reason, norm_err, max_abs, n_bad)
+
+
+def _index(mask: torch.Tensor) -> tuple[int, ...]:
+    flat = int(torch.nonzero(mask.reshape(-1))[0])
+    idx = []
+    for size in reversed(mask.shape):
+        idx.append(flat % size)
+        flat //= size
+    return tuple(reversed(idx))
+
+
+def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same dtype, shape and bits (NaN == NaN when the bits agree)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    a, b = a.detach().cpu().contiguous(), b.detach().cpu().contiguous()
+    if a.dtype.is_floating_point:
+        view = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        return bool(torch.equal(a.view(view), b.view(view)))
+    return bool(torch.equal(a, b))
+
+
+def tolerances_from_config(cfg: Mapping[str, Any]) -> dict[str, Tolerance]:
+    """Defaults, overridden per dtype by ``[evaluator.tolerances.<dtype>]``."""
+    tols = dict(DEFAULT_TOLERANCES)
+    for name, value in dict(cfg.get("tolerances", {})).items():
+        if name not in FLOAT_DTYPES:
+            raise ValueError(f"[evaluator.tolerances]: unknown dtype {name!r}")
+        tols[name] = Tolerance.from_config(value, f"[evaluator.tolerances.{name}]", tols[name])
+    return tols
