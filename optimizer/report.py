@@ -206,20 +206,23 @@ def _row(trial: Any) -> TrialRow:
     )
 
 
-def collect(storage: str, experiment: str) -> list[TargetReport]:
-    """Read every ``<experiment>/<target>`` study from ``storage``, sorted by target."""
+def _study_names(rdb: Any, storage: str) -> list[str]:
     import optuna
 
-    rdb = _open_storage(storage)
-    prefix = f"{experiment}/"
     try:
-        names = sorted(n for n in optuna.get_all_study_names(rdb) if n.startswith(prefix))
+        return list(optuna.get_all_study_names(rdb))
     except Exception as exc:
         raise WorkspaceError(
             f"{_shown_url(storage)} is not a readable Optuna storage: {type(exc).__name__}: {exc}"
         ) from None
+
+
+def _collect(rdb: Any, names: Sequence[str], experiment: str) -> list[TargetReport]:
+    import optuna
+
+    prefix = f"{experiment}/"
     out = []
-    for name in names:
+    for name in sorted(n for n in names if n.startswith(prefix)):
         study = optuna.load_study(study_name=name, storage=rdb)
         directions = tuple(d.name.lower() for d in study.directions)
         metric_names = tuple(
@@ -243,11 +246,19 @@ def collect(storage: str, experiment: str) -> list[TargetReport]:
     return out
 
 
-def _experiments_in(storage: str) -> list[str]:
-    import optuna
+def _close(rdb: Any) -> None:
+    # Release the sqlite file (and pooled connections) now, not at interpreter exit.
+    rdb.remove_session()
+    rdb.engine.dispose()
 
-    names = optuna.get_all_study_names(_open_storage(storage))
-    return sorted({n.split("/", 1)[0] for n in names if "/" in n})
+
+def collect(storage: str, experiment: str) -> list[TargetReport]:
+    """Read every ``<experiment>/<target>`` study from ``storage``, sorted by target."""
+    rdb = _open_storage(storage)
+    try:
+        return _collect(rdb, _study_names(rdb, storage), experiment)
+    finally:
+        _close(rdb)
 
 
 # --- markdown ---------------------------------------------------------------------------
@@ -483,13 +494,18 @@ def build_report(storage: str, experiment: str, out_dir: Path) -> Path:
 
     Raises :class:`WorkspaceError` when the storage is missing or unreadable.
     """
-    targets = collect(storage, experiment)
+    rdb = _open_storage(storage)
+    try:
+        names = _study_names(rdb, storage)
+        targets = _collect(rdb, names, experiment)
+    finally:
+        _close(rdb)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     shown = _shown_url(storage)
     md_path = out_dir / "report.md"
     if not targets:
-        others = _experiments_in(storage)
+        others = sorted({n.split("/", 1)[0] for n in names if "/" in n})
         md_path.write_text(
             f"# Optimizer report: {experiment}\n\nNo studies named `{experiment}/<target>` "
             f"in `{shown}`. Experiments present: {', '.join(others) or 'none'}.\n"

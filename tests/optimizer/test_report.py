@@ -42,12 +42,14 @@ def _add(study, n, state="VALID", values=None, reason="", ts=None, **extra):
 
 @pytest.fixture(scope="module")
 def storage(tmp_path_factory: pytest.TempPathFactory) -> str:
-    # Module scope: writing these trials to sqlite costs about 0.6 s per build.
     state_dir = tmp_path_factory.mktemp("state") / ".optimizer"
     state_dir.mkdir()
     url = default_storage(state_dir)
+    # The loop's ask/tell, played into memory and copied to sqlite once: every attr set
+    # straight on sqlite is its own commit (20 trials took 5.3 s that way, 1.0 s copied).
+    mem = optuna.storages.InMemoryStorage()
 
-    s = optuna.create_study(study_name="nightly/softmax", storage=url, direction="minimize")
+    s = optuna.create_study(study_name="nightly/softmax", storage=mem, direction="minimize")
     s.set_metric_names(["time_s"])
     _add(s, 1, values=[1.0])
     _add(s, 2, values=[0.8])
@@ -69,12 +71,12 @@ def storage(tmp_path_factory: pytest.TempPathFactory) -> str:
         },
     )
 
-    r = optuna.create_study(study_name="nightly/router", storage=url, direction="maximize")
+    r = optuna.create_study(study_name="nightly/router", storage=mem, direction="maximize")
     _add(r, 1, "TIMEOUT", reason="killed after 60 s")
     _add(r, 2, "REJECTED", reason="edit outside EVOLVE-BLOCK")
 
     d = optuna.create_study(
-        study_name="nightly/draft", storage=url, directions=["minimize", "maximize"]
+        study_name="nightly/draft", storage=mem, directions=["minimize", "maximize"]
     )
     d.set_metric_names(["latency_ms", "acceptance"])
     _add(d, 1, values=[10.0, 0.5])  # seed
@@ -83,8 +85,13 @@ def storage(tmp_path_factory: pytest.TempPathFactory) -> str:
     _add(d, 4, values=[12.0, 0.45])  # dominated by the seed
     _add(d, 5, "INVALID", reason="draft tokens differ from target")
 
-    optuna.create_study(study_name="nightly/empty", storage=url)
-    optuna.create_study(study_name="other/softmax", storage=url)
+    optuna.create_study(study_name="nightly/empty", storage=mem)
+    optuna.create_study(study_name="other/softmax", storage=mem)
+    rdb = optuna.storages.RDBStorage(url)  # one engine and schema check for all copies
+    for name in optuna.get_all_study_names(mem):
+        optuna.copy_study(from_study_name=name, from_storage=mem, to_storage=rdb)
+    rdb.remove_session()
+    rdb.engine.dispose()
     return url
 
 
@@ -198,7 +205,7 @@ def test_empty_and_all_failed_studies_alone(tmp_path):
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     optuna.create_study(study_name="n/empty", storage=url)
     s = optuna.create_study(study_name="n/broken", storage=url)
-    _add(s, 1, "FAILED", reason="seed does not compile")
+    _add(s, 1, "FAILED", reason="seed does not compile")  # written straight to sqlite
     md = build_report(url, "n", tmp_path / "r").read_text()
     rows = _summary_rows(md)
     assert rows["broken"][3] == "0" and rows["broken"][8] == "FAILED: seed does not compile (1)"
