@@ -18,6 +18,7 @@ file cannot be parsed, the proposal comes back ``rejected`` with the reason.
 from __future__ import annotations
 
 import ast
+import math
 import random
 import re
 from collections.abc import Iterable, Mapping
@@ -85,7 +86,8 @@ def _new_numbers(value: int | float) -> list[int | float]:
         return sorted(v for v in options if v != value)
     if value == 0.0:
         return [0.5, 1.0]
-    return [value * 0.5, value * 2.0]
+    # Doubling 1e308 gives inf, which repr() writes as a name that does not exist.
+    return [v for v in (value * 0.5, value * 2.0) if math.isfinite(v) and v != value]
 
 
 def _float_context(node: ast.BinOp, parent: ast.AST | None) -> bool:
@@ -140,7 +142,8 @@ class _Finder:
         except (ValueError, SyntaxError):
             return
         new = tuple(repr(v) if isinstance(v, float) else str(v) for v in _new_numbers(value))
-        self.sites.append(_Site(self.path, node.lineno, start, end, old, new))
+        if new:
+            self.sites.append(_Site(self.path, node.lineno, start, end, old, new))
 
     def operator(self, left: ast.expr, right: ast.expr, symbol: str, new: str, w: float) -> None:
         assert left.end_lineno is not None and left.end_col_offset is not None

@@ -139,6 +139,19 @@ def test_integer_product_never_becomes_a_division():
         assert "`*` ->" not in summary
 
 
+def test_non_ascii_lines_and_huge_floats_are_spliced_correctly():
+    src = 'def f(y):\n    s = "größe"; return len(s) * 3 + y * 1e308\n'
+    proposer = OfflineProposer(seed=0, knob_search_share=0.0, max_mutations=1)
+    results = set()
+    for i in range(60):
+        new = proposer.propose(context(entry({"p.py": src}), iteration=i)).files["p.py"]
+        assert "inf" not in new and new.startswith('def f(y):\n    s = "größe"; return len(s)')
+        ast.parse(new)
+        results.add(new.split("return ")[1].strip())
+    assert {"len(s) * 6 + y * 1e308", "len(s) * 3 - y * 1e308",
+            "len(s) * 3 + y * 5e+307"} <= results
+
+
 def test_fixed_knobs_leave_out_unknown_and_out_of_range_values():
     parent = entry({"program.py": PROGRAM}, {"BLOCK": 128, "WEIGHT": 1.0, "GONE": 3})
     proposal = OfflineProposer(knob_search_share=0.0).propose(context(parent))
