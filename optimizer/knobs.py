@@ -260,8 +260,9 @@ def _scan(source: str, file: str) -> tuple[_Site, ...]:
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
-        raise KnobError(f"not valid Python ({exc.msg}); fix the syntax", file=file,
-                        line=exc.lineno) from None
+        raise KnobError(
+            f"not valid Python ({exc.msg}); fix the syntax", file=file, line=exc.lineno
+        ) from None
     starts = _line_starts(source)
     texts = [source[a:b] for a, b in zip(starts, starts[1:] + [len(source)], strict=True)]
     marked = {i + 1 for i, text in enumerate(texts) if _ANNOTATION.search(text)}
@@ -287,8 +288,9 @@ def _scan(source: str, file: str) -> tuple[_Site, ...]:
             )
         name = targets[0].id
         if node.lineno != line or value.lineno != line or value.end_col_offset is None:
-            raise KnobError("the assignment spans lines; write it on one line",
-                            file=file, line=line, knob=name)
+            raise KnobError(
+                "the assignment spans lines; write it on one line", file=file, line=line, knob=name
+            )
         ok, default = _literal(value)
         if not ok:
             raise KnobError(

@@ -232,9 +232,7 @@ class OfflineProposer(Proposer):
 
     # ---------------------------------------------------------------------- knob search
 
-    def _knob_search(
-        self, ctx: ProposalContext, rng: random.Random
-    ) -> tuple[Proposal | None, str]:
+    def _knob_search(self, ctx: ProposalContext, rng: random.Random) -> tuple[Proposal | None, str]:
         pool: list[tuple[ArchiveEntry, str, dict[str, Knob], float]] = []
         keys: set[str] = set()
         for i, entry in enumerate((ctx.parent, *ctx.inspirations)):
@@ -303,9 +301,7 @@ class OfflineProposer(Proposer):
             except SyntaxError:
                 continue  # e.g. a literal glued to an attribute; draw other sites
             edits.sort(key=lambda e: (e[0].file, e[0].start))
-            summary = "; ".join(
-                f"{s.file}:{s.line}: `{s.old}` -> `{new}`" for s, new in edits
-            )
+            summary = "; ".join(f"{s.file}:{s.line}: `{s.old}` -> `{new}`" for s, new in edits)
             return Proposal(
                 proposer=self.name,
                 parent_id=ctx.parent.id,

@@ -148,8 +148,14 @@ def test_distributions_match_declarations():
 
 
 def test_substitute_changes_only_the_literals():
-    values = {"NUM_WARPS": 16, "CACHE_WEIGHT": 2.25, "METHOD": "argpartition", "OFFSET": 7,
-              "LR": 0.05, "STEP": 95}
+    values = {
+        "NUM_WARPS": 16,
+        "CACHE_WEIGHT": 2.25,
+        "METHOD": "argpartition",
+        "OFFSET": 7,
+        "LR": 0.05,
+        "STEP": 95,
+    }
     out = substitute(SOURCE, values)
     expected = (
         SOURCE.replace("NUM_WARPS = 4 ", "NUM_WARPS = 16 ")
@@ -192,8 +198,11 @@ def test_substitute_rejects_bad_values(values, problem):
 
 
 def test_substitute_files_and_structure_key():
-    files = {"a.py": "X = 1  # knob: int 1..8\n", "b.py": "Y = 0.5  # knob: float 0..1\n",
-             "c.txt": "untouched"}
+    files = {
+        "a.py": "X = 1  # knob: int 1..8\n",
+        "b.py": "Y = 0.5  # knob: float 0..1\n",
+        "c.txt": "untouched",
+    }
     out = substitute_files(files, {"Y": 0.25})
     assert out == {**files, "b.py": "Y = 0.25  # knob: float 0..1\n"}
     with pytest.raises(KnobError, match="no knob named Z"):
@@ -230,8 +239,13 @@ def _declaration(draw):
         high = draw(st.floats(low, low + 1e6, allow_nan=False))
         value, default = (draw(st.floats(low, high)) for _ in range(2))
         return f"float {low!r}..{high!r}", default, value
-    pool = st.one_of(st.integers(-5, 5), st.text(max_size=6), st.booleans(), st.none(),
-                     st.floats(allow_nan=False, allow_infinity=False))
+    pool = st.one_of(
+        st.integers(-5, 5),
+        st.text(max_size=6),
+        st.booleans(),
+        st.none(),
+        st.floats(allow_nan=False, allow_infinity=False),
+    )
     choices = draw(st.lists(pool, min_size=1, max_size=5, unique_by=lambda v: (type(v), v)))
     return f"choices={choices!r}", draw(st.sampled_from(choices)), draw(st.sampled_from(choices))
 

@@ -148,8 +148,11 @@ def test_non_ascii_lines_and_huge_floats_are_spliced_correctly():
         assert "inf" not in new and new.startswith('def f(y):\n    s = "größe"; return len(s)')
         ast.parse(new)
         results.add(new.split("return ")[1].strip())
-    assert {"len(s) * 6 + y * 1e308", "len(s) * 3 - y * 1e308",
-            "len(s) * 3 + y * 5e+307"} <= results
+    assert {
+        "len(s) * 6 + y * 1e308",
+        "len(s) * 3 - y * 1e308",
+        "len(s) * 3 + y * 5e+307",
+    } <= results
 
 
 def test_fixed_knobs_leave_out_unknown_and_out_of_range_values():
@@ -181,8 +184,9 @@ def test_fallbacks_and_rejections():
     proposal = OfflineProposer(knob_search_share=1.0).propose(context(no_knobs))
     assert proposal.summary.startswith("mutation") and proposal.rejected is None
 
-    nothing_mutable = entry({"p.py": "# EVOLVE-BLOCK-START\nK = 2  # knob: int 1..8\n"
-                             "# EVOLVE-BLOCK-END\nY = 3 + 4\n"})
+    nothing_mutable = entry(
+        {"p.py": "# EVOLVE-BLOCK-START\nK = 2  # knob: int 1..8\n# EVOLVE-BLOCK-END\nY = 3 + 4\n"}
+    )
     proposal = OfflineProposer(knob_search_share=0.0).propose(context(nothing_mutable))
     assert proposal.summary.startswith("knob search") and proposal.rejected is None
 
