@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -91,11 +92,11 @@ class TargetReport:
     def minimize(self) -> tuple[bool, ...]:
         return tuple(d == "minimize" for d in self.directions)
 
-    @property
+    @cached_property  # rows never change; gain() asks for the seed once per candidate
     def valid(self) -> tuple[TrialRow, ...]:
         return tuple(r for r in self.rows if r.valid)
 
-    @property
+    @cached_property
     def seed(self) -> TrialRow | None:
         for row in self.rows:
             if row.candidate == SEED_CANDIDATE:
