@@ -160,11 +160,13 @@ class Evaluator(ABC):
         artifacts: dict[str, str] = {}
         metrics: dict[str, float] = {}
         last = EvalResult(CandidateState.VALID)
-        for stage in (self.static_check, self.correctness, self.performance):
-            if stage is self.static_check:
-                last = stage(cand_dir)  # type: ignore[call-arg]
-            else:
-                last = stage(cand_dir, ctx)  # type: ignore[call-arg]
+        stages: tuple[Callable[[], EvalResult], ...] = (
+            lambda: self.static_check(cand_dir),
+            lambda: self.correctness(cand_dir, ctx),
+            lambda: self.performance(cand_dir, ctx),
+        )
+        for stage in stages:
+            last = stage()
             artifacts.update(last.artifacts)
             metrics.update(last.metrics)
             if not last.ok:

@@ -36,6 +36,7 @@ from optimizer.errors import OptimizerError, ProposalError, SandboxError
 from optimizer.proposers._base import ArchiveEntry, ProposalContext, Proposer
 from optimizer.records import Candidate, CandidateState, EvalResult, Proposal, content_hash
 from optimizer.sandbox import Sandbox, SandboxSettings
+from optimizer.stores import enable_fast_sqlite
 from optimizer.targets import TargetSpec
 from optimizer.tracking import Tracker
 from optimizer.vcs import Workspace
@@ -98,6 +99,7 @@ def run(
     ws = Workspace(
         config.workspace, experiment=config.name, state_dir=config.state_dir, base=config.base
     )
+    enable_fast_sqlite()
     for sub in ("reports", "logs", "cache", "worktrees"):
         (config.state_dir / sub).mkdir(parents=True, exist_ok=True)
     tracker = Tracker(config.tracking_uri, config.name, config.state_dir / "mlartifacts")

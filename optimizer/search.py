@@ -9,6 +9,7 @@ parameter ``NAME@<structure>`` instead (Optuna cannot change a categorical's cho
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +21,7 @@ from optimizer.errors import ConfigError
 from optimizer.targets import TargetSpec
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 log = logging.getLogger("optimizer.search")
 
 

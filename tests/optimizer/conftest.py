@@ -1,0 +1,104 @@
+"""Fixtures shared by the engine tests: a throwaway git workspace with a tiny target."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+TOY_TARGET = """
+name = "toy"
+kind = "function"
+description = "A toy cost function with two knobs and an operator to mutate."
+editable = ["program.py"]
+objectives = [{ metric = "cost", direction = "minimize" }]
+noise = "deterministic"
+min_gain = 0.05
+timeout_s = 30
+"""
+
+TOY_PROGRAM = '''
+"""Toy program: cost is lowest at X = 7, Y = 0.3."""
+
+# EVOLVE-BLOCK-START
+X = 1  # knob: int 0..20
+Y = 0.9  # knob: float 0.0..1.0
+
+
+def cost():
+    return abs(X - 7) + 10 * abs(Y - 0.3) + 1.0
+# EVOLVE-BLOCK-END
+'''
+
+TOY_EVALUATE = '''
+import importlib.util
+import uuid
+
+
+def _load(path):
+    spec = importlib.util.spec_from_file_location(f"_c{uuid.uuid4().hex}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def validate(path):
+    value = _load(path).cost()
+    assert isinstance(value, (int, float)) and value >= 0, f"cost must be >= 0, got {value!r}"
+
+
+def evaluate(path):
+    return {"cost": float(_load(path).cost())}
+
+
+def evaluate_held_out(path):
+    return {"cost": float(_load(path).cost()) + 0.5}
+'''
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def write_experiment(repo: Path, name: str = "toy", body: str = "") -> Path:
+    exp = repo / "experiments" / f"{name}.toml"
+    exp.parent.mkdir(exist_ok=True)
+    exp.write_text(textwrap.dedent(f'''
+        name = "{name}"
+        seed = 1
+        [budget]
+        minutes = 3
+        max_candidates = 10
+        [search]
+        n_startup_trials = 4
+        [[targets]]
+        path = "targets/function/toy"
+    ''') + body)
+    return exp
+
+
+@pytest.fixture
+def toy_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A git repository with one committed toy target and an experiment file."""
+    repo = tmp_path / "repo"
+    target = repo / "targets" / "function" / "toy"
+    target.mkdir(parents=True)
+    (target / "target.toml").write_text(TOY_TARGET)
+    (target / "program.py").write_text(TOY_PROGRAM)
+    (target / "evaluate.py").write_text(TOY_EVALUATE)
+    write_experiment(repo)
+    (repo / ".gitignore").write_text(".optimizer/\n")
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    return repo
+
+
+@pytest.fixture
+def experiment_writer():
+    """The ``write_experiment`` helper, as a fixture (test modules cannot import conftest)."""
+    return write_experiment
