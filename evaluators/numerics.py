@@ -203,8 +203,9 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, *, allow_downc
     """Compare one output with its float64 reference; the reason says what is wrong and where."""
     if tuple(out.shape) != tuple(ref.shape):
         return Verdict(False, f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
-    o = out.detach().to("cpu", torch.float64)
+    # compare where the reference lives (CPU in the engine, the GPU in a benchmark script)
     r = ref.to(torch.float64)
+    o = out.detach().to(r.device, torch.float64)
     ref_nan = torch.isnan(r)
     out_nan = torch.isnan(o)
     bad_nan = out_nan & ~ref_nan

@@ -6,8 +6,8 @@ import triton
 import triton.language as tl
 
 # EVOLVE-BLOCK-START
-BLOCK_SIZE = 4096  # knob: choices=[1024, 2048, 4096, 8192, 16384]
-NUM_WARPS = 8  # knob: choices=[2, 4, 8, 16, 32]
+BLOCK_SIZE = 4096  # knob: choices=[2048, 4096, 8192, 16384]
+NUM_WARPS = 8  # knob: choices=[4, 8, 16, 32]
 
 
 @triton.jit
