@@ -274,15 +274,38 @@ class Bench:
                   f"{'' if row['valid'] else 'INVALID ' + row['reason'][:80]}", flush=True)
 
 
+def evaluator_check(target: str) -> None:
+    """The engine's own path on this GPU: static check, sandboxed correctness, timing."""
+    from evaluators._base import EvalContext
+    from evaluators.kernels import KernelEvaluator
+    from optimizer.sandbox import Sandbox
+    from optimizer.targets import load_target
+
+    spec = load_target(ROOT / "targets" / "kernels" / target, ROOT)
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "io").mkdir()
+        ctx = EvalContext(Sandbox(), seed=int(time.time()), scratch=Path(d), io_dir=Path(d) / "io",
+                          device="cuda", timeout_s=300)
+        t0 = time.perf_counter()
+        res = KernelEvaluator(spec).evaluate(spec.path, ctx)
+    ms = {k: round(v, 4) for k, v in res.metrics.items() if k.startswith(("ms/", "frac", "time"))}
+    print(f"evaluator {target}: {res.state.value} {res.stage} {res.reason[:300]} {ms} "
+          f"({time.perf_counter() - t0:.1f} s)", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/kernels-h200.json")
     ap.add_argument("--targets", default=",".join(WORKLOADS))
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--search-reps", type=int, default=25)
+    ap.add_argument("--evaluator", default="",
+                    help="also run the sandboxed KernelEvaluator on these targets' seeds")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
+    for target in filter(None, args.evaluator.split(",")):
+        evaluator_check(target)
     bench = Bench(args.out, args.reps, args.search_reps)
     for target in args.targets.split(","):
         bench.run_target(target)
