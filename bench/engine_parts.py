@@ -19,7 +19,9 @@ import subprocess
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from optimizer.records import Candidate, CandidateState, EvalResult, content_hash
 from optimizer.tracking import Tracker
@@ -45,6 +47,13 @@ def make_repo(root: Path, n_files: int) -> None:
 
 def run(n_candidates: int, n_files: int) -> dict[str, dict[str, float]]:
     times: dict[str, list[float]] = defaultdict(list)
+
+    def timed(step: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        out = fn(*args, **kwargs)
+        times[step].append(1e3 * (time.perf_counter() - t0))
+        return out
+
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "repo"
         make_repo(repo, n_files)
@@ -71,12 +80,6 @@ def run(n_candidates: int, n_files: int) -> dict[str, dict[str, float]]:
                 objectives=(1e-3 * n,),
                 cost_s=1.5,
             )
-
-            def timed(step: str, fn, *args, **kwargs):  # noqa: ANN001, ANN202
-                t0 = time.perf_counter()
-                out = fn(*args, **kwargs)
-                times[step].append(1e3 * (time.perf_counter() - t0))
-                return out
 
             timed("create_worktree", ws.create_worktree, TARGET_REL, "topk", cid, files)
             sha = timed("commit_candidate", ws.commit_candidate, "topk", cid, f"{cid} RUNNING")

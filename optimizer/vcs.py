@@ -191,9 +191,11 @@ class Workspace:
     def _ref(self, branch: str) -> str:
         return f"refs/heads/{branch}"
 
-    def _tip(self, branch: str) -> str:
+    def _show(self, branch: str, fmt: str) -> str:
+        """``git log -1 --format=fmt`` of a branch tip: one call, no separate rev-parse."""
         try:
-            return self._git("rev-parse", "--verify", f"{self._ref(branch)}^{{commit}}")
+            args = ("-1", "--no-show-signature", f"--format={fmt}", "--date=raw")
+            return self._git("log", *args, self._ref(branch))
         except git.GitCommandError as exc:
             raise WorkspaceError(f"branch {branch} does not exist") from exc
 
@@ -259,12 +261,12 @@ class Workspace:
     def annotate(self, target: str, cid: str, message: str) -> str:
         """Replace the tip commit's message (same tree, parents and author); returns its sha."""
         branch = self.candidate_branch(target, cid)
-        old = self._tip(branch)
-        fields = self._git("log", "-1", "--format=%T%n%P%n%an%n%ae%n%ad", "--date=raw", old)
-        tree, parents, name, email, date = fields.split("\n")
+        fields = self._show(branch, "%H%n%T%n%P%n%an%n%ae%n%ad")
+        old, tree, parents, name, email, date = fields.split("\n")
         author = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": date}
         parent_args = [a for p in parents.split() for a in ("-p", p)]
         sha = self._git("commit-tree", tree, *parent_args, "-m", message, env=author)
+        # Compare-and-swap: a tip moved by someone else in the meantime is an error.
         self._git("update-ref", "-m", "optimizer: annotate", self._ref(branch), sha, old)
         return sha
 
@@ -297,7 +299,11 @@ class Workspace:
         self, target: str, cid: str, target_rel: str, names: Iterable[str]
     ) -> dict[str, str]:
         """The named files of the target folder at the candidate branch's tip."""
-        tree = self.repo.commit(self._tip(self.candidate_branch(target, cid))).tree
+        branch = self.candidate_branch(target, cid)
+        try:
+            tree = self.repo.commit(self._ref(branch)).tree
+        except (ValueError, git.BadName) as exc:
+            raise WorkspaceError(f"branch {branch} does not exist") from exc
         out: dict[str, str] = {}
         for name in names:
             path = f"{_check_rel(target_rel, 'target folder')}/{_check_rel(name, 'file')}"
@@ -310,8 +316,7 @@ class Workspace:
 
     def commit_message(self, target: str, cid: str) -> str:
         """The tip's message, without trailing newlines."""
-        tip = self._tip(self.candidate_branch(target, cid))
-        return self._git("log", "-1", "--format=%B", tip).rstrip("\n")
+        return self._show(self.candidate_branch(target, cid), "%B").rstrip("\n")
 
     def diff(self, target: str, cid: str, target_rel: str | None = None) -> str:
         """Unified diff of the candidate's tip against the base, limited to the target folder.
@@ -320,10 +325,16 @@ class Workspace:
         process; without either, the whole diff is returned (candidate commits only ever
         change their target folder).
         """
-        tip = self._tip(self.candidate_branch(target, cid))
+        branch = self.candidate_branch(target, cid)
         rel = target_rel or self._target_rel.get(target)
-        paths = ["--", rel] if rel else []
-        return self._git("diff", "--no-color", "--no-ext-diff", self.base_commit, tip, *paths)
+        paths = ["--", rel] if rel else ["--"]
+        try:
+            return self._git(
+                "diff", "--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/",
+                "--dst-prefix=b/", self.base_commit, self._ref(branch), *paths,
+            )  # fmt: skip
+        except git.GitCommandError as exc:
+            raise WorkspaceError(f"cannot diff {branch}: {str(exc.stderr).strip()}") from exc
 
     # -- pull branches -------------------------------------------------------------------
 

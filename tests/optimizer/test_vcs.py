@@ -191,6 +191,22 @@ def test_annotate_replaces_message_only(ws: Workspace, repo: Path, keep_worktree
         assert git(wt, "status", "--porcelain") == ""
 
 
+def test_missing_candidate_is_a_clear_error(ws: Workspace) -> None:
+    for call in (
+        lambda: ws.annotate("topk", "c0404", "m"),
+        lambda: ws.commit_message("topk", "c0404"),
+        lambda: ws.read_files("topk", "c0404", TARGET_REL, ["program.py"]),
+        lambda: ws.diff("topk", "c0404"),
+        lambda: ws.commit_candidate("topk", "c0404", "m"),
+    ):
+        with pytest.raises(WorkspaceError, match="c0404"):
+            call()
+    ws.create_worktree(TARGET_REL, "topk", "c0001", {"program.py": "X = 1\n"})
+    ws.commit_candidate("topk", "c0001", "m")
+    with pytest.raises(WorkspaceError, match="missing.py is not in candidate c0001"):
+        ws.read_files("topk", "c0001", TARGET_REL, ["missing.py"])
+
+
 def test_configured_identity_is_used(repo: Path) -> None:
     git(repo, "config", "user.name", "Ada")
     git(repo, "config", "user.email", "ada@example.org")
