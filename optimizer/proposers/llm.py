@@ -62,9 +62,9 @@ class LLMSettings:
     selection: str = "weights"  # "weights" or "bandit" (Thompson sampling, improvement per USD)
     retry_base_s: float = 1.0  # first backoff; doubles per retry, with jitter
     retry_max_s: float = 60.0  # cap on one wait, Retry-After included
-    max_feedback: int = 6  # recent candidates shown in the prompt
+    max_feedback: int = 8  # most recent candidates shown in the prompt (at least half of it)
     max_inspirations: int = 3
-    max_artifact_chars: int = 2000  # per artifact (validation report, log) in the prompt
+    max_artifact_chars: int = 800  # per artifact (validation report, log) in the prompt
 
     def __post_init__(self) -> None:
         models = tuple(
@@ -166,6 +166,14 @@ def system_prompt(target: TargetSpec, seed_files: Mapping[str, str]) -> str:
         timeout_s=f"{target.timeout_s:g}",
         seed_files=_files(seed_files),
     )
+    reference = target.path / "reference.py"
+    if target.kind == "kernel" and reference.is_file() and "reference.py" not in target.editable:
+        target_text += (
+            "\n## The trusted reference (reference.py, not editable)\n\n"
+            "Outputs are compared with this, computed in float64 on the same inputs.\n\n"
+            + _fenced("reference.py", reference.read_text())
+            + "\n"
+        )
     parts = [
         _template("system.txt"),
         _template("edit_format.txt"),
@@ -197,28 +205,59 @@ def _diff(old: Mapping[str, str], new: Mapping[str, str], limit: int) -> str:
     return "```diff\n" + _clip("\n".join(lines), limit) + "\n```"
 
 
-def user_prompt(ctx: ProposalContext, settings: LLMSettings) -> str:
-    """The varying part: parent and metrics, then inspirations, then recent feedback."""
+def feedback_window(history: Sequence[ArchiveEntry], shown: int) -> list[ArchiveEntry]:
+    """The entries of a chronological history to show: append-only within epochs.
+
+    A sliding window of the last ``shown`` entries would change the first entry on every
+    call and so break the cacheable prefix right there. Instead the window starts at an
+    epoch boundary (every ``shown // 2`` entries) and only grows until the next boundary:
+    between ``shown // 2 + 1`` and ``shown`` entries are shown, and successive calls share
+    everything but the newly appended ones.
+    """
+    epoch = max(1, shown // 2)
+    n = len(history)
+    start = max(0, ((n - 1) // epoch) * epoch - epoch) if n else 0
+    return list(history[start:])
+
+
+def _feedback_item(e: ArchiveEntry, limit: int) -> str:
+    # Rendered the same wherever the entry sits in the list, so that an entry's text stays
+    # identical from call to call (and cached).
+    item = [f"## {_entry_line(e)}"]
+    if e.reason:
+        item.append(f"Reason: {_clip(e.reason, limit)}")
+    if e.metrics:
+        item.append(f"Metrics: {_numbers(e.metrics)}")
+    if e.state is not CandidateState.VALID:  # the validation report or log says why
+        item += [f"{name}:\n{_clip(text, limit)}" for name, text in sorted(e.artifacts.items())]
+    return "\n".join(item)
+
+
+def user_prompt(
+    ctx: ProposalContext,
+    settings: LLMSettings,
+    history: Sequence[ArchiveEntry] | None = None,
+) -> str:
+    """The varying part, slowest-changing first: feedback, inspirations, then the parent.
+
+    ``history`` is the target's candidates so far, oldest first (the proposer keeps it);
+    without it, ``ctx.feedback`` (newest first) is used.
+    """
     parent, limit = ctx.parent, settings.max_artifact_chars
+    if history is None:
+        history = list(reversed(ctx.feedback))
+    feedback = [_feedback_item(e, limit) for e in feedback_window(history, settings.max_feedback)]
     metrics = [f"State: {parent.state.value}. Metrics: {_numbers(parent.metrics)}."]
     if parent.knobs:
         metrics.append(f"Knob values it was measured with: {_numbers(parent.knobs)}.")
     if parent.summary:
         metrics.append(f"Its change: {parent.summary}")
     inspirations = [
+        # Diffs against the seed, not the parent: they stay the same when the parent changes.
         f"## {_entry_line(e)}\nMetrics: {_numbers(e.metrics)}. Its code, as a diff against the "
-        f"parent:\n{_diff(parent.files, e.files, limit)}"
+        f"seed:\n{_diff(ctx.seed.files, e.files, limit)}"
         for e in ctx.inspirations[: settings.max_inspirations]
     ]
-    feedback = []
-    for e in ctx.feedback[: settings.max_feedback]:
-        item = [f"## {_entry_line(e)}"]
-        if e.reason:
-            item.append(f"Reason: {_clip(e.reason, limit)}")
-        if e.metrics:
-            item.append(f"Metrics: {_numbers(e.metrics)}")
-        item += [f"{name}:\n{_clip(text, limit)}" for name, text in sorted(e.artifacts.items())]
-        feedback.append("\n".join(item))
     return Template(_template("task.txt")).substitute(
         parent_id=parent.id,
         parent_metrics="\n".join(metrics),
@@ -229,7 +268,7 @@ def user_prompt(ctx: ProposalContext, settings: LLMSettings) -> str:
             else "# Other candidates\n\nNone measured yet."
         ),
         feedback=(
-            "# Recent candidates, newest first (learn from their outcomes)\n\n"
+            "# Recent candidates, oldest first (learn from their outcomes)\n\n"
             + "\n\n".join(feedback)
             if feedback
             else "# Recent candidates\n\nNone yet: this is the first proposal."
@@ -370,6 +409,7 @@ class LLMProposer(Proposer):
         self._system: dict[str, str] = {}
         self._arms = {name: _Arm() for name in settings.model_names}
         self._parents: dict[str, tuple[float, bool]] = {}
+        self._history: dict[str, list[ArchiveEntry]] = {}  # per target, oldest first
 
     # -- model choice
 
@@ -474,9 +514,12 @@ class LLMProposer(Proposer):
         target = context.target
         if target.name not in self._system:
             self._system[target.name] = system_prompt(target, context.seed.files)
+        history = self._history.setdefault(target.name, [])
+        known = {e.id for e in history}
+        history += [e for e in reversed(context.feedback) if e.id not in known]
         messages = [
             {"role": "system", "content": self._system[target.name]},
-            {"role": "user", "content": user_prompt(context, self.settings)},
+            {"role": "user", "content": user_prompt(context, self.settings, history)},
         ]
         model = self._pick_model()
         if context.parent.objectives:

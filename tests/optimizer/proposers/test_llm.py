@@ -14,7 +14,13 @@ import pytest
 from optimizer.accounting import Ledger, Prices
 from optimizer.errors import ConfigError
 from optimizer.proposers._base import ArchiveEntry, ProposalContext
-from optimizer.proposers.llm import LLMProposer, LLMSettings, api_key, system_prompt
+from optimizer.proposers.llm import (
+    LLMProposer,
+    LLMSettings,
+    api_key,
+    feedback_window,
+    system_prompt,
+)
 from optimizer.records import CandidateState, Usage
 from optimizer.targets import Objective, TargetSpec
 
@@ -246,7 +252,7 @@ def test_feedback_reaches_the_next_prompt(tmp_path: Path) -> None:
     user = server.requests[0]["messages"][1]["content"]
     for text in ("c0003 (REJECTED", "does not occur exactly", "c0004 (INVALID", "rel-norm 3.1e-02"):
         assert text in user
-    assert user.index("c0004") < user.index("c0003")  # newest first, as given
+    assert user.index("c0003") < user.index("c0004")  # oldest first: the log only grows
 
 
 def test_successive_prompts_share_a_cacheable_prefix(tmp_path: Path) -> None:
@@ -387,3 +393,16 @@ def test_real_endpoint_answers_in_the_edit_format(tmp_path: Path) -> None:
     proposal = proposer.propose(_ctx(tmp_path))
     proposer.close()
     assert proposal.usage.calls == 1 and proposal.response
+
+
+def test_feedback_window_only_grows_between_epochs() -> None:
+    history = [_entry(f"c{i:04d}", {}) for i in range(1, 21)]
+    windows = [feedback_window(history[:n], 8) for n in range(1, 21)]
+    for n, (before, after) in enumerate(zip(windows, windows[1:], strict=False), start=2):
+        assert after[-1] is history[n - 1] and len(after) <= 8
+        if n > 8:
+            assert len(after) >= 5
+        if after[0] is before[0]:
+            assert after[: len(before)] == before  # append-only: the cached prefix survives
+        else:
+            assert (n - 1) % 4 == 0  # restarts only at an epoch boundary
