@@ -60,7 +60,9 @@ def open_study(
         raise ConfigError(
             f"study {name!r} exists with other directions ({exc}); use another experiment name"
         ) from None
-    study.set_user_attr("objectives", [o.metric for o in target.objectives])
+    metrics = [o.metric for o in target.objectives]
+    if study.metric_names != metrics:
+        study.set_metric_names(metrics)
     return study
 
 
