@@ -150,3 +150,14 @@ def test_mooncake_hour_on_8_h200_simulates_within_3_s():
     res = simulate(w, fleet, round_robin())
     assert time.process_time() - start < 3.0
     assert len(res.decisions) == 12_031 and not any(res.dropped)
+
+
+def test_round_trip_of_a_remote_region_is_paid_once_in_ttft():
+    fleet = build_fleet([{"accelerator": "H200", "count": 1, "region": "us"},
+                         {"accelerator": "H200", "count": 1, "region": "eu"}], {"us-eu": 80})
+    w = fixed(1, [0.0], 1000)
+    w = Workload("r", w.arrival, w.prompt, w.output, w.blocks, w.session, ("us",), 512)
+    near = simulate(w, fleet, lambda r, v: 0)
+    far = simulate(w, fleet, lambda r, v: 1)
+    gap = compute_metrics(far)["ttft_p50_s"] - compute_metrics(near)["ttft_p50_s"]
+    assert gap == pytest.approx(0.080)
