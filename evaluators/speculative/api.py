@@ -1,0 +1,90 @@
+"""What a draft module (a target's ``draft.py``) provides, and what it may use.
+
+A draft module defines ``build(target: TargetView) -> Draft`` and, for trained drafts,
+``LR`` (learning rate), optionally ``BATCH`` (sequences per step) and ``WEIGHT_DECAY``.
+Knobs are annotated constants in the module itself.
+
+The decoding loop (:mod:`evaluators.speculative.decoding`, trusted) keeps the sequence;
+a :class:`Draft` keeps its own state and sees the sequence grow through three calls:
+
+- ``reset(tokens, feats)``: a new sequence. ``tokens`` is ``[L]`` (the prompt plus the
+  target's first token); ``feats`` is ``[L-1, F]``: row ``i`` is the target's hidden state
+  at position ``i`` (the one that predicted ``tokens[i+1]``), for the target layers named
+  in ``feature_layers`` (concatenated), or None when ``feature_layers`` is empty.
+- ``propose(k, pick) -> list[int]``: draft ``k`` tokens after ``tokens[-1]``. For every
+  drafted position call ``pick(logits)`` with the draft's logits ``[V]``; it returns the
+  token to use (argmax when greedy, a sample when sampling) and records the logits as the
+  draft distribution. Tokens not chosen by ``pick`` break losslessness for sampling.
+- ``accept(tokens, feats)``: the sequence grew by ``tokens`` (accepted drafts plus the
+  target's own next token) and ``feats`` by as many rows (same alignment as above).
+
+Training: ``loss(batch) -> scalar tensor`` on a batch of target-generated sequences:
+``batch["tokens"]`` ``[B, T]``, ``batch["labels"]`` ``[B, T]`` (the target's greedy next
+token at every position), ``batch["feats"]`` ``[B, T, F]`` (target hidden states at every
+position, or None). A draft without parameters (n-gram) sets ``trainable = False``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+Pick = Callable[[torch.Tensor], int]
+
+
+@dataclass(frozen=True)
+class TargetView:
+    """Read-only facts and frozen modules of the target a draft may reuse."""
+
+    vocab: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    max_len: int
+    embed: nn.Embedding  # the target's token embedding (frozen; tied with its LM head)
+    head: Callable[[torch.Tensor], torch.Tensor]  # top-layer hidden [.., D] -> logits [.., V]
+
+    @classmethod
+    def of(cls, model: nn.Module) -> TargetView:
+        cfg = model.cfg  # type: ignore[attr-defined]
+        return cls(cfg.vocab, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.max_len,
+                   model.embed, model.head)  # type: ignore[arg-type]
+
+
+class Draft(nn.Module):
+    """Base of drafts: keeps the sequence (``self.tokens``, ``self.feats``) for subclasses."""
+
+    feature_layers: tuple[int, ...] = ()
+    trainable: bool = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens: list[int] = []
+        self.feats: torch.Tensor | None = None
+
+    def reset(self, tokens: torch.Tensor, feats: torch.Tensor | None) -> None:
+        self.tokens = [int(t) for t in tokens.tolist()]
+        self.feats = feats
+
+    def accept(self, tokens: list[int], feats: torch.Tensor | None) -> None:
+        self.tokens.extend(tokens)
+        if feats is not None and self.feats is not None:
+            self.feats = torch.cat([self.feats, feats], 0)
+
+    def propose(self, k: int, pick: Pick) -> list[int]:
+        raise NotImplementedError
+
+    def loss(self, batch: dict[str, torch.Tensor | None]) -> torch.Tensor:
+        raise NotImplementedError(f"{type(self).__name__} is not trainable")
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the common prefix: how much of a draft's cache is still valid."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n

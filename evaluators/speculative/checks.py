@@ -1,0 +1,89 @@
+"""Trusted checks of speculative outputs against the target, and the speedup model.
+
+- :func:`first_divergence`: compares a greedy output with the target-only greedy output; at
+  a mismatch it re-scores the output teacher-forced, so that a flip between two logits that
+  tie to ``tie_tol`` (a k+1-token forward and a 1-token forward round differently) is not
+  called a loss of losslessness, while any real departure is.
+- :func:`chi_square_check`: the sampled output's token counts at one position against the
+  target's exact distribution there, with a fixed false-alarm rate ``alpha``.
+- :func:`expected_speedup`: ``(1 - a^(k+1)) / ((1 - a)(k c + 1))`` (Leviathan et al. 2023).
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+import torch
+
+
+@torch.no_grad()
+def first_divergence(model, prompt: torch.Tensor, got: list[int], ref: list[int],
+                     tie_tol: float) -> tuple[int, int, int, float] | None:
+    """None when ``got`` is the target's greedy output; else (position, got, wanted, gap)."""
+    if len(got) != len(ref):
+        return (min(len(got), len(ref)), -1, -1, float("inf"))
+    j = next((i for i, (a, b) in enumerate(zip(got, ref, strict=True)) if a != b), None)
+    if j is None:
+        return None
+    seq = torch.cat([prompt, torch.tensor(got, dtype=torch.int64)])[None]
+    logits, _ = model(seq)
+    rows = logits[0, len(prompt) - 1 : len(prompt) - 1 + len(got)].double()
+    for i in range(j, len(got)):
+        best = int(rows[i].argmax())
+        gap = float(rows[i, best] - rows[i, got[i]])
+        if gap > tie_tol:
+            return (i, got[i], best, gap)
+    return None
+
+
+@torch.no_grad()
+def target_marginals(model, prompt: torch.Tensor, temperature: float,
+                     chunk: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact distributions of the first and second sampled tokens after ``prompt``."""
+    logits, _ = model(prompt[None])
+    p1 = torch.softmax(logits[0, -1].double() / temperature, -1)
+    vocab = p1.shape[0]
+    p2 = torch.zeros(vocab, dtype=torch.float64)
+    for lo in range(0, vocab, chunk):
+        xs = torch.arange(lo, min(vocab, lo + chunk))
+        seqs = torch.cat([prompt.expand(len(xs), -1), xs[:, None]], 1)
+        lg, _ = model(seqs)
+        p2 += p1[xs] @ torch.softmax(lg[:, -1].double() / temperature, -1)
+    return p1, p2
+
+
+def chi_square_check(counts: torch.Tensor, probs: torch.Tensor, alpha: float,
+                     min_expected: float = 5.0) -> tuple[bool, float, float, int]:
+    """Pearson's test; cells expected below ``min_expected`` are pooled.
+
+    Returns (passed, statistic, threshold, degrees of freedom). The threshold is the
+    chi-square quantile at ``1 - alpha`` (Wilson-Hilferty; within 1% of exact for df >= 3).
+    """
+    n = float(counts.sum())
+    expected = probs.double() * n
+    big = expected >= min_expected
+    obs = [float(c) for c in counts[big]]
+    exp = [float(e) for e in expected[big]]
+    rest_o, rest_e = float(counts[~big].sum()), float(expected[~big].sum())
+    if rest_e >= min_expected:
+        obs.append(rest_o)
+        exp.append(rest_e)
+    elif obs:
+        i = min(range(len(exp)), key=exp.__getitem__)
+        obs[i] += rest_o
+        exp[i] += rest_e
+    df = len(obs) - 1
+    if df < 1:
+        return True, 0.0, float("inf"), 0
+    stat = sum((o - e) ** 2 / e for o, e in zip(obs, exp, strict=True))
+    z = NormalDist().inv_cdf(1 - alpha)
+    h = 2 / (9 * df)
+    threshold = df * (1 - h + z * math.sqrt(h)) ** 3
+    return stat <= threshold, stat, threshold, df
+
+
+def expected_speedup(alpha: float, k: int, c: float) -> float:
+    """Speedup predicted from per-token acceptance ``alpha``, ``k`` drafts, cost ratio ``c``."""
+    tokens = k + 1 if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+    return tokens / (k * c + 1)

@@ -1,0 +1,89 @@
+"""Distillation data from the target and the draft's training loop (time- and step-capped).
+
+The data are target-generated: windows of the training split as prompts, continued by the
+target's greedy decoding (what the draft must predict at evaluation), then one teacher-
+forced target pass gives the labels (the target's argmax at every position) and the hidden
+states of the layers the draft reads.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from evaluators.speculative.api import Draft
+
+
+@torch.no_grad()
+def greedy_batch(model, prompts: torch.Tensor, n_new: int) -> torch.Tensor:
+    """Greedy continuation of a batch of equal-length prompts ``[B, P] -> [B, P + n_new]``."""
+    cache = model.new_cache(prompts.shape[0], prompts.shape[1] + n_new)
+    logits, _ = model(prompts, cache)
+    out = [prompts]
+    for i in range(n_new):
+        nxt = logits[:, -1:].argmax(-1)
+        out.append(nxt)
+        if i + 1 < n_new:
+            logits, _ = model(nxt, cache)
+    return torch.cat(out, 1)
+
+
+@torch.no_grad()
+def make_data(model, tokens: torch.Tensor, *, n_seqs: int, prompt_len: int, gen_len: int,
+              feature_layers: tuple[int, ...], seed: int, chunk: int = 64) -> dict:
+    gen = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, len(tokens) - prompt_len, (n_seqs,), generator=gen).tolist()
+    prompts = torch.stack([tokens[s : s + prompt_len] for s in starts])
+    seqs = torch.cat([greedy_batch(model, prompts[i : i + chunk], gen_len)
+                      for i in range(0, n_seqs, chunk)])
+    labels, feats = [], []
+    for i in range(0, n_seqs, chunk):
+        logits, f = model(seqs[i : i + chunk], None, feature_layers)
+        labels.append(logits.argmax(-1))
+        if f is not None:
+            feats.append(f)
+    return {"tokens": seqs, "labels": torch.cat(labels),
+            "feats": torch.cat(feats) if feats else None}
+
+
+def train_draft(draft: Draft, data: dict, *, lr: float, batch: int, max_s: float,
+                max_steps: int, seed: int, weight_decay: float = 0.0,
+                log_every: int = 10) -> list[dict[str, float]]:
+    """AdamW on ``draft.loss`` with a short warm-up; stops at ``max_s`` or ``max_steps``.
+
+    Returns the training curve: ``{"step", "seconds", "loss"}`` every ``log_every`` steps
+    (the loss averaged over those steps) and at the last step.
+    """
+    params = [p for p in draft.parameters() if p.requires_grad]
+    if not params:
+        return []
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    gen = torch.Generator().manual_seed(seed)
+    n = data["tokens"].shape[0]
+    curve: list[dict[str, float]] = []
+    window: list[float] = []
+    start = time.perf_counter()
+    draft.train()
+    step = 0
+    while step < max_steps:
+        idx = torch.randint(0, n, (batch,), generator=gen)
+        sub = {k: (v[idx] if v is not None else None) for k, v in data.items()}
+        for group in opt.param_groups:
+            group["lr"] = lr * min(1.0, (step + 1) / 20)
+        loss = draft.loss(sub)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        step += 1
+        window.append(float(loss.detach()))
+        elapsed = time.perf_counter() - start
+        done = elapsed >= max_s or step >= max_steps
+        if step % log_every == 0 or done:
+            curve.append({"step": step, "seconds": elapsed, "loss": sum(window) / len(window)})
+            window = []
+        if done:
+            break
+    draft.eval()
+    return curve

@@ -1,0 +1,234 @@
+"""The ``speculative`` kind: a draft model for speculative decoding of a fixed target.
+
+One sandboxed call per candidate (:func:`evaluators.speculative.child.run_draft`) distils
+the draft within its budget, decodes the prompts this side chose (fresh held-out windows
+per evaluation) and times plain against speculative decoding; ``correctness`` makes the
+call and checks it, ``performance`` turns the same response into metrics, so the draft
+is trained once. The verdicts stay here: greedy outputs are compared with target-only
+decoding computed in this process, sampled outputs are tested against the target's exact
+token distributions, and the child's timings must fit inside the sandbox's wall clock.
+
+``[evaluator]`` settings (all optional): ``preset`` ("default" | "tiny"), ``cache_dir``,
+``prompts``, ``prompt_len``, ``n_new``, ``ks``, ``train_s``, ``max_steps``,
+``distill_seqs``, ``distill_prompt_len``, ``distill_gen_len``, ``repeats``, ``sampling_n``,
+``sampling_k``, ``temperature``, ``alpha``, ``tie_tol``, ``threads``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from evaluators._base import EvalContext, Evaluator, result_from_call
+from evaluators.speculative.checks import (
+    chi_square_check,
+    expected_speedup,
+    first_divergence,
+    target_marginals,
+)
+from evaluators.speculative.decoding import plain_decode
+from evaluators.speculative.target import TargetBundle, load_or_build
+from optimizer.records import CandidateState, EvalResult
+
+DEFAULTS: dict[str, Any] = {
+    "preset": "default", "cache_dir": "", "prompts": 4, "prompt_len": 64, "n_new": 96,
+    "ks": [1, 2, 3, 4, 5, 6, 8], "train_s": 15.0, "max_steps": 100_000, "distill_seqs": 256,
+    "distill_prompt_len": 32, "distill_gen_len": 64, "repeats": 3, "sampling_n": 200,
+    "sampling_k": 3, "temperature": 1.0, "alpha": 1e-3, "tie_tol": 1e-4, "threads": 1,
+}
+
+
+class SpeculativeEvaluator(Evaluator):
+    kind = "speculative"
+    preload = ("torch",)
+
+    def __init__(self, target: Any):
+        super().__init__(target)
+        unknown = set(target.evaluator) - set(DEFAULTS)
+        if unknown:
+            raise ValueError(
+                f"target {target.name}: unknown [evaluator] key(s) {sorted(unknown)} for kind "
+                f"'speculative'; allowed: {sorted(DEFAULTS)}"
+            )
+        self.s = {**DEFAULTS, **dict(target.evaluator)}
+        self._bundle: TargetBundle | None = None
+        self._runs: dict[str, tuple[dict[str, Any], float]] = {}
+        self._refs: dict[str, list[list[int]]] = {}
+
+    # -- the target, trained once and cached ---------------------------------------------
+    def bundle(self) -> TargetBundle:
+        if self._bundle is None:
+            cache = Path(self.s["cache_dir"]) if self.s["cache_dir"] else None
+            self._bundle = load_or_build(self.s["preset"], cache)
+            for p in self._bundle.model.parameters():
+                p.requires_grad_(False)
+        return self._bundle
+
+    def _prompts(self, seed: int) -> tuple[list[list[int]], list[int]]:
+        held = self.bundle().heldout_tokens
+        gen = torch.Generator().manual_seed(seed)
+        n, plen = self.s["prompts"], self.s["prompt_len"]
+        starts = torch.randint(0, len(held) - plen, (n + 1,), generator=gen).tolist()
+        prompts = [held[s : s + plen].tolist() for s in starts[:n]]
+        return prompts, held[starts[n] : starts[n] + 32].tolist()
+
+    def _reference(self, prompts: list[list[int]]) -> list[list[int]]:
+        key = hashlib.sha256(json.dumps(prompts).encode()).hexdigest()
+        if key not in self._refs:
+            model = self.bundle().model
+            self._refs[key] = [plain_decode(model, torch.tensor(p), self.s["n_new"])
+                               for p in prompts]
+        return self._refs[key]
+
+    def _payload(self, ctx: EvalContext, prompts: list[list[int]], sample_prompt: list[int],
+                 **extra: Any) -> dict[str, Any]:
+        s = self.s
+        return {
+            "target_dir": str(self.bundle().folder), "prompts": prompts, "n_new": s["n_new"],
+            "ks": list(s["ks"]), "repeats": s["repeats"], "seed": ctx.seed % (2**31),
+            "train_s": float(s["train_s"]), "max_steps": int(s["max_steps"]),
+            "distill_seqs": s["distill_seqs"], "distill_prompt_len": s["distill_prompt_len"],
+            "distill_gen_len": s["distill_gen_len"], "threads": s["threads"],
+            "sampling": {"prompt": sample_prompt, "n": s["sampling_n"], "n_new": 2,
+                         "k": s["sampling_k"], "temperature": s["temperature"]}
+            if s["sampling_n"] else None,
+            **extra,
+        }
+
+    # -- checks ------------------------------------------------------------------------
+    def _check_greedy(self, prompts, outputs: dict[str, list[list[int]]], who: str) -> str:
+        refs = self._reference(prompts)
+        model = self.bundle().model
+        for k, outs in outputs.items():
+            if len(outs) != len(prompts):
+                return f"{who}: k={k}: {len(outs)} outputs for {len(prompts)} prompts"
+            for i, (got, ref) in enumerate(zip(outs, refs, strict=True)):
+                div = first_divergence(model, torch.tensor(prompts[i]), [int(t) for t in got],
+                                       ref, self.s["tie_tol"])
+                if div is not None:
+                    pos, tok, want, gap = div
+                    return (f"{who}: greedy speculative output diverged from target-only "
+                            f"decoding at k={k}, prompt {i}, position {pos}: got token {tok}, "
+                            f"the target's is {want} (logit gap {gap:.3g})")
+        return ""
+
+    def _check_sampling(self, sample_prompt: list[int], samples: list[list[int]]) -> str:
+        if not self.s["sampling_n"]:
+            return ""
+        if len(samples) != self.s["sampling_n"] or any(len(x) != 2 for x in samples):
+            return f"sampling: expected {self.s['sampling_n']} samples of 2 tokens"
+        p1, p2 = target_marginals(self.bundle().model, torch.tensor(sample_prompt),
+                                  self.s["temperature"])
+        for pos, probs in ((0, p1), (1, p2)):
+            counts = torch.bincount(torch.tensor([x[pos] for x in samples]),
+                                    minlength=len(probs))[: len(probs)]
+            ok, stat, thr, df = chi_square_check(counts, probs, self.s["alpha"] / 2)
+            if not ok:
+                return (f"sampled speculative output's distribution at position {pos} differs "
+                        f"from the target's: chi-square {stat:.1f} > {thr:.1f} (df {df}, "
+                        f"false-alarm rate {self.s['alpha']})")
+        return ""
+
+    # -- stages --------------------------------------------------------------------------
+    def _run(self, cand_dir: Path, ctx: EvalContext) -> tuple[EvalResult | None, dict, float]:
+        src = (cand_dir / "draft.py").read_bytes()
+        key = f"{cand_dir}:{hashlib.sha256(src).hexdigest()}:{ctx.seed}"
+        if key in self._runs:
+            resp, wall = self._runs[key]
+            return None, resp, wall
+        prompts, sample_prompt = self._prompts(ctx.seed)
+        call = ctx.run("evaluators.speculative.child:run_draft",
+                       self._payload(ctx, prompts, sample_prompt), workdir=cand_dir)
+        failed = result_from_call(call, "correctness")
+        if failed is not None:
+            return failed, {}, call.wall_s
+        resp = {**call.response, "_prompts": prompts, "_sample_prompt": sample_prompt}
+        self._runs = {key: (resp, call.wall_s)}  # only the latest: responses are large
+        return None, resp, call.wall_s
+
+    def correctness(self, cand_dir: Path, ctx: EvalContext) -> EvalResult:
+        failed, resp, wall = self._run(cand_dir, ctx)
+        if failed is not None:
+            return failed
+        reason = self._check_greedy(resp["_prompts"], resp["outputs"], "draft")
+        reason = reason or self._check_sampling(resp["_sample_prompt"], resp["samples"])
+        if reason:
+            return EvalResult(CandidateState.INVALID, reason, "correctness")
+        timed = resp["plain_s"] + sum(resp["plain_repeats"]) + sum(resp["spec_repeats"]) + sum(
+            st["total_s"] for st in resp["stats"].values()) + resp["train_s"]
+        if timed > wall or resp.get("child_s", 0) > wall:
+            return EvalResult(CandidateState.REJECTED,
+                              f"implausible timing: the child reports {timed:.2f} s of work in a "
+                              f"call that took {wall:.2f} s of wall clock", "correctness")
+        n = len(resp["outputs"])
+        report = (f"greedy: {len(resp['_prompts'])} held-out prompts x {n} values of k, "
+                  f"identical to target-only decoding (ties within {self.s['tie_tol']} allowed)"
+                  f"\nsampling: {len(resp['samples'])} samples, chi-square at positions 1-2 "
+                  f"passed (alpha {self.s['alpha']})\n")
+        return EvalResult(CandidateState.VALID, "", "correctness",
+                          artifacts={"validation.txt": report})
+
+    def performance(self, cand_dir: Path, ctx: EvalContext) -> EvalResult:
+        failed, resp, _ = self._run(cand_dir, ctx)
+        if failed is not None:
+            return failed
+        return EvalResult(CandidateState.VALID, "", "performance", **summarize(resp, self.s))
+
+    def compare(self, cand_dir: Path, base_dir: Path, ctx: EvalContext,
+                repeats: int) -> EvalResult:
+        prompts, sample_prompt = self._prompts(ctx.seed)
+        payload = self._payload(ctx, prompts, sample_prompt, base_dir=str(base_dir))
+        payload["repeats"] = repeats
+        call = ctx.run("evaluators.speculative.child:compare_drafts", payload, workdir=cand_dir)
+        failed = result_from_call(call, "compare")
+        if failed is not None:
+            return failed
+        resp = call.response
+        for who in ("candidate", "baseline"):
+            out = {str(resp["best_k"][who]): resp["outputs"][who]}
+            reason = self._check_greedy(prompts, out, who)
+            if reason:
+                return EvalResult(CandidateState.INVALID, reason, "compare")
+        return EvalResult(CandidateState.VALID, "", "compare",
+                          samples={k: tuple(v) for k, v in resp["speedups"].items()})
+
+
+def summarize(resp: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
+    """Metrics, objective, samples and artifacts of a ``run_draft`` response."""
+    stats = {int(k): v for k, v in resp["stats"].items()}
+    n_tokens = len(resp["_prompts"]) * s["n_new"]
+    step_s = resp["plain_s"] / n_tokens
+    speedups = [p / q for p, q in zip(resp["plain_repeats"], resp["spec_repeats"], strict=True)]
+    best = int(resp["best_k"])
+    metrics: dict[str, float] = {"speedup": statistics.median(speedups), "best_k": best}
+    for k, st in stats.items():
+        metrics[f"mean_accepted_len_k{k}"] = st["tokens"] / max(1, st["target_steps"])
+        metrics[f"speedup_sweep_k{k}"] = resp["plain_s"] / st["total_s"]
+    st = stats[best]
+    alpha = sum(st["accepted"]) / max(1, sum(st["reached"]))
+    cost = (st["draft_s"] / max(1, st["drafted"])) / step_s if st["drafted"] else 0.0
+    metrics.update({
+        "mean_accepted_len": metrics[f"mean_accepted_len_k{best}"],
+        "acceptance_rate": alpha,
+        "cost_ratio": cost,
+        "expected_speedup": expected_speedup(alpha, best, cost),
+        "tokens_per_s_plain": n_tokens / statistics.median(resp["plain_repeats"]),
+        "tokens_per_s_spec": n_tokens / statistics.median(resp["spec_repeats"]),
+        "train_s": resp["train_s"],
+        "train_steps": resp["curve"][-1]["step"] if resp["curve"] else 0,
+        "final_train_loss": resp["curve"][-1]["loss"] if resp["curve"] else 0.0,
+    })
+    for i, (a, r) in enumerate(zip(st["accepted"], st["reached"], strict=True)):
+        metrics[f"accept_pos{i + 1}"] = a / r if r else 0.0
+    artifacts = {
+        "training_curve.json": json.dumps(resp["curve"]),
+        "draft.json": json.dumps({"weights": resp["weights"], "format": "safetensors",
+                                  "best_k": best}),
+    }
+    return {"metrics": metrics, "objectives": (metrics["speedup"],),
+            "samples": {"speedup": tuple(speedups)}, "artifacts": artifacts}

@@ -1,0 +1,187 @@
+"""The built-in target model: a BPE tokenizer and a small LM trained on the Python stdlib.
+
+The corpus exists on every machine (the standard library's own ``*.py`` files, sorted by
+name), so the target needs no download. The first use trains the tokenizer and the model
+and caches them under ``<cache_dir>/speculative/<preset>-<key>/``; later uses load them.
+The key hashes the preset and the corpus, so another Python version gets its own model.
+
+Presets: ``default`` (nightly; trains in about a minute on 2 cores) and ``tiny`` (tests;
+a few seconds). The token stream is split 90/10: the model and the drafts train on the
+first part, evaluation prompts come from the held-out tail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sysconfig
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from evaluators.speculative.bpe import BPETokenizer, train_bpe
+from evaluators.speculative.model import LMConfig, TinyLM
+
+
+@dataclass(frozen=True)
+class TargetPreset:
+    name: str
+    vocab: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    corpus_chars: int
+    seq_len: int
+    batch: int
+    steps: int
+    lr: float
+    max_train_s: float  # safety cap on training time; steps normally end it first
+    max_len: int = 512
+
+
+PRESETS = {
+    # 6 x 256 keeps a target step ~6x a 1-layer draft step on CPU (per-layer overhead
+    # dominates at batch 1), which is what makes speculation pay off there.
+    "default": TargetPreset("default", 1024, 128, 6, 4, 3_000_000, 64, 32, 450, 5e-3, 90.0),
+    "tiny": TargetPreset("tiny", 320, 64, 2, 2, 400_000, 64, 16, 120, 1e-2, 10.0, 256),
+}
+
+
+def default_cache_dir() -> Path:
+    """``$OPTIMIZER_CACHE_DIR`` (the engine sets it to ``<state_dir>/cache``), else
+    ``.optimizer/cache`` in the current directory (the workspace)."""
+    return Path(os.environ.get("OPTIMIZER_CACHE_DIR") or ".optimizer/cache").resolve()
+
+
+def corpus_text(limit: int) -> str:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    parts, total = [], 0
+    for path in sorted(root.glob("*.py")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        parts.append(text)
+        total += len(text)
+        if total >= limit:
+            break
+    return "".join(parts)[:limit]
+
+
+@dataclass
+class TargetBundle:
+    """A loaded target: model (eval mode), tokenizer and the token stream split."""
+
+    model: TinyLM
+    tokenizer: BPETokenizer
+    train_tokens: torch.Tensor  # int64 [N]
+    heldout_tokens: torch.Tensor  # int64 [M]
+    folder: Path | None = None
+    train_s: float = 0.0
+    final_loss: float = float("nan")
+
+
+def _key(preset: TargetPreset, text: str) -> str:
+    h = hashlib.sha256(json.dumps(asdict(preset), sort_keys=True).encode())
+    h.update(hashlib.sha256(text.encode()).digest())
+    return h.hexdigest()[:12]
+
+
+def train_target(model: TinyLM, tokens: torch.Tensor, *, steps: int, batch: int, seq_len: int,
+                 lr: float, max_s: float, seed: int = 0) -> tuple[list[float], float]:
+    """AdamW with warm-up and cosine decay on random windows; returns (losses, seconds)."""
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.05)
+    warm = max(1, steps // 20)
+    losses: list[float] = []
+    start = time.perf_counter()
+    model.train()
+    for step in range(steps):
+        scale = (step + 1) / warm if step < warm else 0.5 * (
+            1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
+        for group in opt.param_groups:
+            group["lr"] = lr * scale
+        idx = torch.randint(0, len(tokens) - seq_len - 1, (batch,), generator=gen)
+        win = torch.stack([tokens[i : i + seq_len + 1] for i in idx.tolist()])
+        logits, _ = model(win[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), win[:, 1:].flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+        if time.perf_counter() - start > max_s:
+            break
+    model.eval()
+    return losses, time.perf_counter() - start
+
+
+def build_target(preset: TargetPreset, seed: int = 0) -> TargetBundle:
+    """Train the tokenizer and the model from scratch (no cache)."""
+    torch.manual_seed(seed)
+    text = corpus_text(preset.corpus_chars)
+    tok = train_bpe(text, preset.vocab)
+    ids = torch.tensor(tok.encode(text), dtype=torch.int64)
+    split = int(len(ids) * 0.9)
+    cfg = LMConfig(preset.vocab, preset.d_model, preset.n_layers, preset.n_heads,
+                   max_len=preset.max_len)
+    model = TinyLM(cfg)
+    losses, secs = train_target(model, ids[:split], steps=preset.steps, batch=preset.batch,
+                                seq_len=preset.seq_len, lr=preset.lr, max_s=preset.max_train_s,
+                                seed=seed)
+    final = sum(losses[-10:]) / len(losses[-10:])
+    return TargetBundle(model, tok, ids[:split], ids[split:], None, secs, final)
+
+
+def load_or_build(preset_name: str = "default", cache_dir: Path | None = None) -> TargetBundle:
+    """The cached target of ``preset_name``; trains and caches it on first use."""
+    from safetensors.torch import load_file, save_file
+
+    if preset_name not in PRESETS:
+        raise ValueError(f"unknown target preset {preset_name!r}; known: {sorted(PRESETS)}")
+    preset = PRESETS[preset_name]
+    root = (cache_dir or default_cache_dir()) / "speculative"
+    text = corpus_text(preset.corpus_chars)
+    folder = root / f"{preset.name}-{_key(preset, text)}"
+    meta_path = folder / "meta.json"
+    if meta_path.is_file():
+        meta = json.loads(meta_path.read_text())
+        model = TinyLM(LMConfig(**meta["config"]))
+        model.load_state_dict(load_file(str(folder / "target.safetensors")))
+        model.eval()
+        data = load_file(str(folder / "tokens.safetensors"))
+        tok = BPETokenizer.load(folder / "tokenizer.json")
+        return TargetBundle(model, tok, data["train"], data["heldout"], folder,
+                            meta["train_s"], meta["final_loss"])
+    bundle = build_target(preset)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / ".partial"
+    tmp.mkdir(exist_ok=True)
+    bundle.tokenizer.save(tmp / "tokenizer.json")
+    save_file({k: v.contiguous() for k, v in bundle.model.state_dict().items()},
+              str(tmp / "target.safetensors"))
+    save_file({"train": bundle.train_tokens, "heldout": bundle.heldout_tokens},
+              str(tmp / "tokens.safetensors"))
+    meta = {"config": bundle.model.cfg.to_json(), "preset": asdict(preset),
+            "train_s": bundle.train_s, "final_loss": bundle.final_loss}
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+    for name in ("tokenizer.json", "target.safetensors", "tokens.safetensors", "meta.json"):
+        os.replace(tmp / name, folder / name)  # meta.json last: its presence means complete
+    tmp.rmdir()
+    bundle.folder = folder
+    return bundle
+
+
+def load_folder(folder: Path) -> TargetBundle:
+    """Load a cached target folder (what the sandboxed child does; it never trains)."""
+    from safetensors.torch import load_file
+
+    meta = json.loads((folder / "meta.json").read_text())
+    model = TinyLM(LMConfig(**meta["config"]))
+    model.load_state_dict(load_file(str(folder / "target.safetensors")))
+    model.eval()
+    data = load_file(str(folder / "tokens.safetensors"))
+    tok = BPETokenizer.load(folder / "tokenizer.json")
+    return TargetBundle(model, tok, data["train"], data["heldout"], folder,
+                        meta["train_s"], meta["final_loss"])

@@ -1,0 +1,92 @@
+"""EAGLE-style draft: one decoder layer over the target's hidden features.
+
+Draft position ``j`` reads the target's features at ``j`` (fused from one or several target
+layers) and the embedding of token ``j+1``, predicts the target's top-layer feature at
+``j+1`` and turns it into a token with the target's own LM head. While drafting, the
+predicted feature stands in for the target's (which is not known yet); once the target has
+verified, its true features replace them.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from evaluators.speculative.api import Draft, TargetView
+from evaluators.speculative.model import Block
+
+# EVOLVE-BLOCK-START
+FUSED_LAYERS = 1  # knob: int 1..3
+HEADS = 4  # knob: choices=[2, 4, 8]
+FFN_MULT = 2  # knob: choices=[1, 2, 4]
+FEAT_WEIGHT = 0.1  # knob: float 0.0..1.0
+FEAT_NOISE = 0.1  # knob: float 0.0..0.5
+LR = 3e-3  # knob: float 1e-4..1e-2 log
+BATCH = 16  # knob: choices=[8, 16, 32]
+
+
+def _layers(n_layers: int) -> tuple[int, ...]:
+    spread = {1: (-1,), 2: (n_layers // 2 - 1, -1), 3: (0, n_layers // 2 - 1, -1)}
+    return spread[FUSED_LAYERS]
+
+
+class EagleDraft(Draft):
+    def __init__(self, target: TargetView):
+        super().__init__()
+        d = target.d_model
+        self.d = d
+        self.feature_layers = _layers(target.n_layers)
+        self.fuse = nn.Linear(d * len(self.feature_layers), d, bias=False)
+        self.inp = nn.Linear(2 * d, d, bias=False)
+        self.block = Block(d, HEADS, FFN_MULT)
+        self.embed = target.embed  # frozen, shared
+        self.head = target.head  # frozen, shared
+        self.max_len = target.max_len
+        self.cache = None
+        self.n_real = 0
+
+    def _step(self, g, toks, cache):
+        x = self.inp(torch.cat([g, self.embed(toks)], -1))
+        return self.block(x, cache, 0, cache.length if cache is not None else 0)
+
+    def reset(self, tokens, feats):
+        super().reset(tokens, feats)
+        from evaluators.speculative.model import KVCache
+
+        self.cache = KVCache(1, 1, HEADS, self.max_len, self.d // HEADS)
+        self.n_real = 0
+
+    def propose(self, k, pick):
+        cache = self.cache
+        cache.truncate(self.n_real)  # drop positions fed with predicted features
+        n_feats = self.feats.shape[0]
+        g = self.fuse(self.feats[self.n_real:])[None]
+        toks = torch.tensor([self.tokens[self.n_real + 1 : n_feats + 1]])
+        h = self._step(g, toks, cache)
+        cache.length += h.shape[1]
+        self.n_real = n_feats
+        out: list[int] = []
+        for i in range(k):
+            last = h[:, -1:]
+            tok = pick(self.head(last)[0, -1])
+            out.append(tok)
+            if i + 1 < k:
+                h = self._step(last, torch.tensor([[tok]]), cache)
+                cache.length += 1
+        return out
+
+    def loss(self, batch):
+        feats, tokens, labels = batch["feats"], batch["tokens"], batch["labels"]
+        g = self.fuse(feats[:, :-1])
+        if self.training and FEAT_NOISE > 0:
+            g = g + FEAT_NOISE * g.detach().std() * torch.randn_like(g)
+        h = self._step(g, tokens[:, 1:], None)
+        ce = F.cross_entropy(self.head(h).flatten(0, 1), labels[:, 1:].flatten())
+        top = feats[:, 1:, -self.d :]
+        return ce + FEAT_WEIGHT * F.smooth_l1_loss(h, top)
+
+
+# EVOLVE-BLOCK-END
+
+
+def build(target: TargetView) -> Draft:
+    return EagleDraft(target)

@@ -1,0 +1,36 @@
+import pytest
+import torch
+
+from evaluators.speculative.checks import chi_square_check, expected_speedup, first_divergence
+from evaluators.speculative.decoding import plain_decode
+
+
+def test_expected_speedup_formula():
+    # alpha 0.8, k 4, c 0.1: (1 - 0.8**5) / 0.2 = 3.3616 tokens per step, cost 1.4
+    assert expected_speedup(0.8, 4, 0.1) == pytest.approx(3.3616 / 1.4)
+    assert expected_speedup(0.0, 3, 0.2) == pytest.approx(1 / 1.6)
+    assert expected_speedup(1.0, 3, 0.0) == pytest.approx(4.0)
+
+
+def test_chi_square_keeps_its_false_alarm_rate_and_has_power():
+    gen = torch.Generator().manual_seed(0)
+    p = torch.softmax(torch.randn(30, generator=gen), 0).double()
+    alarms = 0
+    for _ in range(200):
+        counts = torch.bincount(torch.multinomial(p, 500, True, generator=gen), minlength=30)
+        alarms += not chi_square_check(counts, p, alpha=0.05)[0]
+    assert alarms <= 25  # 10 expected at a 5% rate; 25 is p < 1e-4 under the null
+    q = torch.softmax(torch.randn(30, generator=gen), 0).double()
+    counts = torch.bincount(torch.multinomial(q, 500, True, generator=gen), minlength=30)
+    assert not chi_square_check(counts, p, alpha=1e-3)[0]
+
+
+def test_first_divergence_names_the_position(tiny):
+    prompt = tiny.heldout_tokens[:24]
+    ref = plain_decode(tiny.model, prompt, 20)
+    assert first_divergence(tiny.model, prompt, ref, ref, 1e-4) is None
+    bad = list(ref)
+    bad[7] = (bad[7] + 1) % tiny.model.cfg.vocab
+    pos, got, want, gap = first_divergence(tiny.model, prompt, bad, ref, 1e-4)
+    assert (pos, got, want) == (7, bad[7], ref[7]) and gap > 1e-4
+    assert first_divergence(tiny.model, prompt, bad, ref, float("inf")) is None
