@@ -77,6 +77,22 @@ class View:
     __slots__ = ("now", "n", "queue", "queued_tokens", "running", "kv_used", "prefix_blocks",
                  "block_tokens", "outstanding", "speed", "accelerator", "pool", "region",
                  "price", "rtt_s", "kv_capacity")
+    now: float
+    n: int
+    queue: list[int]
+    queued_tokens: list[int]
+    running: list[int]
+    kv_used: list[float]
+    prefix_blocks: list[int]
+    block_tokens: int
+    outstanding: list[int]
+    speed: list[float]
+    accelerator: list[str]
+    pool: list[str]
+    region: list[str]
+    price: list[float]
+    rtt_s: list[float]
+    kv_capacity: list[int]
 
 
 class _Replica:
