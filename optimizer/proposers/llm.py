@@ -67,9 +67,10 @@ class LLMSettings:
     max_artifact_chars: int = 800  # per artifact (validation report, log) in the prompt
 
     def __post_init__(self) -> None:
-        models = tuple(
-            (str(name), float(weight)) for name, weight in (tuple(m) for m in self.models)
-        )
+        pairs: list[Any] = [tuple(m) for m in self.models]  # TOML gives lists of lists
+        if any(len(p) != 2 for p in pairs):
+            raise ValueError('models: each entry is a pair ["model-name", weight]')
+        models = tuple((str(name), float(weight)) for name, weight in pairs)
         object.__setattr__(self, "models", models)
         if self.selection not in ("weights", "bandit"):
             raise ValueError(f"selection must be 'weights' or 'bandit', not {self.selection!r}")
@@ -238,7 +239,10 @@ def user_prompt(
     settings: LLMSettings,
     history: Sequence[ArchiveEntry] | None = None,
 ) -> str:
-    """The varying part, slowest-changing first: feedback, inspirations, then the parent.
+    """The varying part: inspirations, the parent, then the feedback log.
+
+    The feedback changes on every call but only by appending (see ``feedback_window``), and
+    the parent changes on fewer calls than that, so this order keeps the longest prefix.
 
     ``history`` is the target's candidates so far, oldest first (the proposer keeps it);
     without it, ``ctx.feedback`` (newest first) is used.
