@@ -1,0 +1,93 @@
+"""The `function` kind through the real sandbox, and `optimizer evaluate` on built-in targets."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+from pathlib import Path
+
+import pytest
+
+import evaluators
+from evaluators._base import EvalContext
+from optimizer.cli import main
+from optimizer.records import CandidateState
+from optimizer.sandbox import Sandbox, SandboxSettings
+from optimizer.targets import load_target
+
+ROOT = Path(__file__).resolve().parents[2]
+TOPK = ROOT / "targets/function/topk_sampling"
+SEED = (TOPK / "program.py").read_text()
+
+
+def _evaluate(tmp_path: Path, program: str, timeout_s: float = 30.0):
+    target = load_target(TOPK, ROOT)
+    cand = tmp_path / "rw" / "cand"
+    shutil.copytree(TOPK, cand)
+    (cand / "program.py").write_text(program)
+    io_dir, scratch = tmp_path / "rw" / "io", tmp_path / "scratch"
+    io_dir.mkdir()
+    scratch.mkdir()
+    evaluator = evaluators.get("function")(target)
+    fields = {"timeout_s": timeout_s}
+    with Sandbox(SandboxSettings(**fields)) as sandbox:
+        ctx = EvalContext(sandbox, secrets.randbits(63), scratch, io_dir, timeout_s=timeout_s)
+        return evaluator.evaluate(cand, ctx)
+
+
+def test_seed_is_valid_with_metrics(tmp_path: Path) -> None:
+    res = _evaluate(tmp_path, SEED)
+    assert res.state is CandidateState.VALID, res.reason
+    assert res.objectives[0] == res.metrics["time_s"] > 0
+
+
+@pytest.mark.parametrize(
+    ("program", "state", "needle"),
+    [
+        (SEED.replace("keep = (cum - probs) < top_p", "keep = cum < top_p"),
+         CandidateState.INVALID, "wrong answer"),
+        (SEED.replace("out[start + rows, idx] = probs", "pass"), CandidateState.INVALID,
+         "wrong answer"),
+        (SEED.replace("return out", "return out.astype('float64')"), CandidateState.INVALID,
+         "dtype"),
+        (SEED.replace("def filter_probs", "def filter_probz"), CandidateState.FAILED,
+         "filter_probs"),
+        (SEED + "\nraise SystemExit(0)\n", CandidateState.FAILED, "SystemExit"),
+        (SEED + "\nraise KeyboardInterrupt\n", CandidateState.FAILED, "KeyboardInterrupt"),
+        (SEED + "\nimport os\nos._exit(0)\n", CandidateState.FAILED, "no result"),
+        (SEED.replace("def filter_probs(logits, top_k, top_p):",
+                      "def filter_probs(logits, top_k, top_p):\n    while True:\n        pass"),
+         CandidateState.TIMEOUT, "killed"),
+        ("def filter_probs(:\n", CandidateState.REJECTED, "syntax error"),
+    ],
+)
+def test_bad_candidates_get_a_state_and_reason(tmp_path: Path, program: str,
+                                               state: CandidateState, needle: str) -> None:
+    res = _evaluate(tmp_path, program, timeout_s=4.0)
+    assert res.state is state, (res.state, res.reason)
+    assert needle in res.reason
+
+
+def test_cli_evaluate_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["evaluate", str(ROOT / "targets/function/prefix_cache"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["state"] == "VALID" and 0.3 < data["metrics"]["hit_ratio"] < 0.6
+
+
+def test_cli_evaluate_candidate_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "policy.py"
+    bad.write_text((ROOT / "targets/function/prefix_cache/policy.py").read_text()
+                   .replace("SAMPLE_SIZE = 2 ", "SAMPLE_SIZE = 0 "))
+    assert main(["evaluate", str(ROOT / "targets/function/prefix_cache"), str(bad)]) == 1
+    assert "SAMPLE_SIZE must be an int in 1..64" in capsys.readouterr().out
+
+
+def test_cli_evaluate_unknown_file_name_is_exit_2(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    other = tmp_path / "other.py"
+    other.write_text("x = 1\n")
+    code = main(["evaluate", str(ROOT / "targets/function/prefix_cache"), str(other),
+                 str(other)])
+    assert code == 2
+    assert "matches no editable file" in capsys.readouterr().err
