@@ -60,7 +60,8 @@ class CappedReader:
     def text(self, data: bytes) -> str:
         out = data.decode("utf-8", "replace")
         if self.truncated:
-            out += f"\n[... {self.total - self.cap} more bytes dropped: output capped at {self.cap}]"
+            dropped = self.total - self.cap
+            out += f"\n[... {dropped} more bytes dropped: output capped at {self.cap}]"
         return out
 
 

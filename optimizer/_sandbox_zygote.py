@@ -119,6 +119,7 @@ class Zygote:
             raise ZygoteDied(f"cannot send to the warm sandbox process: {exc}") from None
         try:
             reply, _ = self._recv(backstop_s)
+            self.last_reply = reply
         except ZygoteDied:
             self.kill()
             raise
