@@ -50,9 +50,11 @@ def main() -> None:
         subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
         conftest.git(repo, "add", "-A")
         conftest.git(repo, "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "init")
-        cfg = load_experiment(repo / "experiments/toy.toml",
-                              [f"budget.max_candidates={args.candidates}", "budget.minutes=30"],
-                              workspace=repo)
+        cfg = load_experiment(
+            repo / "experiments/toy.toml",
+            [f"budget.max_candidates={args.candidates}", "budget.minutes=30"],
+            workspace=repo,
+        )
         start = time.perf_counter()
         summary = run(cfg, say=lambda s: None)
         wall = time.perf_counter() - start
@@ -70,7 +72,7 @@ def main() -> None:
         "first_candidate_ms": round(summary.engine_overhead_ms[0], 1),
         "run_wall_s": round(wall, 1),
         "load_average_1min": round(os.getloadavg()[0], 2),
-        "command": "python bench/engine_overhead.py --candidates %d" % args.candidates,
+        "command": f"python bench/engine_overhead.py --candidates {args.candidates}",
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

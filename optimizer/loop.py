@@ -19,7 +19,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from optuna.trial import TrialState
 import evaluators
 from evaluators._base import EvalContext, Evaluator
 from optimizer import knobs, search, stats
+from optimizer.accounting import Ledger, Prices
 from optimizer.archive import Archive
 from optimizer.budget import Budget, StopOnSigint
 from optimizer.config import ExperimentConfig, TargetEntry
@@ -81,6 +82,7 @@ class Run:
     tracker: Tracker
     proposer: Proposer
     budget: Budget
+    ledger: Ledger  # LLM tokens and dollars, per call, candidate, target and night
     summary: RunSummary
     say: Callable[[str], None]
 
@@ -108,10 +110,14 @@ def run(
     budget = Budget(config.budget.minutes, config.budget.max_candidates, config.budget.usd)
     from optimizer.proposers import make_proposer
 
-    the_proposer = proposer or make_proposer(config)
-    r = Run(config, ws, tracker, the_proposer, budget, summary, say)
-    say(f"night {night} of experiment '{config.name}': {len(config.targets)} target(s), "
-        f"{config.budget.minutes:g} min, proposer {the_proposer.name}")
+    the_proposer = proposer or make_proposer(config, night)
+    settings = getattr(the_proposer, "settings", None)
+    ledger = Ledger(getattr(settings, "prices", None) or Prices())
+    r = Run(config, ws, tracker, the_proposer, budget, ledger, summary, say)
+    say(
+        f"night {night} of experiment '{config.name}': {len(config.targets)} target(s), "
+        f"{config.budget.minutes:g} min, proposer {the_proposer.name}"
+    )
     try:
         with StopOnSigint(budget):
             shares_left = sum(t.share for t in config.targets)
@@ -119,12 +125,15 @@ def run(
                 slice_s = budget.remaining_s() * entry.share / shares_left
                 shares_left -= entry.share
                 summary.targets.append(optimize_target(r, entry, time.monotonic() + slice_s))
-                if budget.stop.is_set():
+                if budget.stop.is_set() or summary.stop_reason:
                     break
-        summary.stop_reason = budget.exhausted() or "all targets done"
+        summary.stop_reason = summary.stop_reason or budget.exhausted() or "all targets done"
     finally:
         the_proposer.close()
-        tracker.log_night_metrics(parent_run_id, _night_metrics(summary))
+        tracker.log_night_metrics(parent_run_id, _night_metrics(summary, ledger))
+        accounts = config.state_dir / "reports" / f"{config.name}-{night}-llm-usage.json"
+        accounts.write_text(json.dumps(ledger.summary(), indent=2))
+        tracker.log_artifact_file(parent_run_id, accounts)
         tracker.end_night(parent_run_id, "KILLED" if budget.stop.is_set() else "FINISHED")
         (config.state_dir / "reports" / f"{config.name}-{night}.json").write_text(
             json.dumps(summary.to_json(), indent=2)
@@ -137,9 +146,15 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
     out = TargetSummary(target.name)
     evaluator = evaluators.get(target.kind)(target)
     study = search.open_study(
-        r.config.optuna_storage, r.config.name, target,
-        search.make_sampler(r.config.search.sampler, r.config.seed,
-                            r.config.search.n_startup_trials, len(target.objectives) > 1),
+        r.config.optuna_storage,
+        r.config.name,
+        target,
+        search.make_sampler(
+            r.config.search.sampler,
+            r.config.seed,
+            r.config.search.n_startup_trials,
+            len(target.objectives) > 1,
+        ),
     )
     names = search.ParamNames(study)
     archive = Archive(target)
@@ -151,8 +166,13 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
     with _make_sandbox(r.config, target, evaluator) as sandbox:
         if archive.seed is None:
             seed_files = target.seed_files()
-            seed = Proposal("seed", None, seed_files, "the target's seed program",
-                            fixed_knobs=knobs.values_of(seed_files))
+            seed = Proposal(
+                "seed",
+                None,
+                seed_files,
+                "the target's seed program",
+                fixed_knobs=knobs.values_of(seed_files),
+            )
             _candidate(r, target, evaluator, sandbox, study, names, archive, seed, out)
         if archive.seed is None or archive.seed.state is not CandidateState.VALID:
             why = archive.seed.reason if archive.seed else "not evaluated"
@@ -160,26 +180,43 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
             r.say(f"[{target.name}] {out.note}")
             return _finish_summary(out, archive, study)
         while True:
-            stop = r.budget.exhausted()
-            if stop or time.monotonic() >= search_deadline:
+            next_usd = r.ledger.estimate_next_usd(target.name) if r.budget.usd else 0.0
+            stop = r.budget.exhausted(next_usd)
+            if stop:  # a budget of the whole run: no other target starts either
+                r.summary.stop_reason = stop
+                break
+            if time.monotonic() >= search_deadline:
                 break
             if entry.max_candidates and out.candidates >= entry.max_candidates:
                 break
             parent = archive.pick_parent(rng)
             context = ProposalContext(
-                target=target, parent=parent, seed=archive.seed,
-                inspirations=archive.inspirations(parent, rng), feedback=archive.feedback(),
-                rng_seed=r.config.seed, iteration=len(archive.entries) + out.duplicates,
+                target=target,
+                parent=parent,
+                seed=archive.seed,
+                inspirations=archive.inspirations(parent, rng),
+                feedback=archive.feedback(),
+                rng_seed=r.config.seed,
+                iteration=len(archive.entries) + out.duplicates,
                 structures_seen=archive.structures(),
             )
             try:
                 proposal = r.proposer.propose(context)
             except ProposalError as exc:
                 proposal = Proposal(r.proposer.name, parent.id, {}, rejected=str(exc))
-            r.budget.spent_usd += proposal.usage.usd
-            evaluated = _candidate(r, target, evaluator, sandbox, study, names, archive,
-                                   proposal, out)
+            if proposal.usage.calls:
+                r.ledger.record(target.name, proposal.usage)
+                r.budget.spent_usd = r.ledger.usd
+            best_before = archive.best()
+            evaluated = _candidate(
+                r, target, evaluator, sandbox, study, names, archive, proposal, out
+            )
             dup_streak = 0 if evaluated else dup_streak + 1
+            best = archive.best()
+            if proposal.usage.calls and best is not None and best is not best_before:
+                r.ledger.mark_improvement(
+                    target.name, candidate=best.id, model=proposal.usage.model
+                )
             if dup_streak >= MAX_DUPLICATES_IN_A_ROW:
                 out.note = f"stopped early: {dup_streak} duplicate proposals in a row"
                 break
@@ -189,8 +226,15 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
 
 
 def _candidate(
-    r: Run, target: TargetSpec, evaluator: Evaluator, sandbox: Sandbox, study: optuna.Study,
-    names: search.ParamNames, archive: Archive, proposal: Proposal, out: TargetSummary,
+    r: Run,
+    target: TargetSpec,
+    evaluator: Evaluator,
+    sandbox: Sandbox,
+    study: optuna.Study,
+    names: search.ParamNames,
+    archive: Archive,
+    proposal: Proposal,
+    out: TargetSummary,
 ) -> bool:
     """Turn one proposal into an evaluated candidate; False when it was a duplicate."""
     t0 = time.perf_counter()
@@ -213,17 +257,34 @@ def _candidate(
         out.duplicates += 1
         return False
     cid = f"c{_next_number(archive):04d}"
-    cand = Candidate(cid, target.name, proposal.parent_id, proposal.proposer, files, values,
-                     digest, proposal.summary)
+    cand = Candidate(
+        cid,
+        target.name,
+        proposal.parent_id,
+        proposal.proposer,
+        files,
+        values,
+        digest,
+        proposal.summary,
+    )
     trial.set_user_attr("candidate", cid)
-    for key, value in (("proposer", cand.proposer), ("parent", cand.parent_id or ""),
-                       ("summary", cand.summary[:500]), ("structure", structure),
-                       ("content_hash", digest), ("state", CandidateState.RUNNING.value)):
+    for key, value in (
+        ("proposer", cand.proposer),
+        ("parent", cand.parent_id or ""),
+        ("summary", cand.summary[:500]),
+        ("structure", structure),
+        ("content_hash", digest),
+        ("state", CandidateState.RUNNING.value),
+    ):
         trial.set_user_attr(key, value)
     branch = r.ws.candidate_branch(target.name, cid)
     cand_dir = r.ws.create_worktree(target.rel_path, target.name, cid, files)
-    r.ws.commit_candidate(target.name, cid, f"{target.name} {cid}: {cand.summary or 'candidate'}"
-                          f"\n\nstate: RUNNING\nproposer: {cand.proposer}\n")
+    r.ws.commit_candidate(
+        target.name,
+        cid,
+        f"{target.name} {cid}: {cand.summary or 'candidate'}"
+        f"\n\nstate: RUNNING\nproposer: {cand.proposer}\n",
+    )
     trial.set_user_attr("branch", branch)
     overhead = time.perf_counter() - t0
 
@@ -233,17 +294,34 @@ def _candidate(
     commit = r.ws.annotate(target.name, cid, _commit_message(target, cand, result))
     diff = r.ws.diff(target.name, cid)
     run_id = r.tracker.log_candidate(
-        parent_run_id=r.summary.parent_run_id, candidate=cand, result=result, branch=branch,
-        commit=commit, trial_number=trial.number, diff=diff, prompt=proposal.prompt,
-        response=proposal.response, eval_log=eval_log,
+        parent_run_id=r.summary.parent_run_id,
+        candidate=cand,
+        result=result,
+        branch=branch,
+        commit=commit,
+        trial_number=trial.number,
+        diff=diff,
+        prompt=proposal.prompt,
+        response=proposal.response,
+        eval_log=eval_log,
     )
     _set_result_attrs(trial, result, commit, run_id)
     _tell(study, trial, result)
     if not r.config.vcs.keep_worktrees:
         r.ws.remove_worktree(target.name, cid)
-    entry = ArchiveEntry(cid, cand.parent_id, files, values, result.state, result.reason,
-                         dict(result.metrics), tuple(result.objectives), dict(result.artifacts),
-                         cand.summary, cand.proposer)
+    entry = ArchiveEntry(
+        cid,
+        cand.parent_id,
+        files,
+        values,
+        result.state,
+        result.reason,
+        dict(result.metrics),
+        tuple(result.objectives),
+        dict(result.artifacts),
+        cand.summary,
+        cand.proposer,
+    )
     archive.add(entry, structure, digest)
     r.proposer.observe(entry)
     r.budget.candidates += 1
@@ -264,8 +342,13 @@ def _evaluate(
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
     recorder = _RecordingSandbox(sandbox)
-    ctx = EvalContext(recorder, secrets.randbits(63), scratch, io_dir,
-                      timeout_s=r.config.sandbox.timeout_s or target.timeout_s)
+    ctx = EvalContext(
+        recorder,
+        secrets.randbits(63),
+        scratch,
+        io_dir,
+        timeout_s=r.config.sandbox.timeout_s or target.timeout_s,
+    )
     start = time.perf_counter()
     try:
         result = evaluator.evaluate(cand_dir, ctx)
@@ -273,8 +356,9 @@ def _evaluate(
         result = EvalResult(CandidateState.FAILED, f"sandbox error: {exc}", "sandbox")
     except Exception as exc:  # an evaluator tripping over a candidate's output
         recorder.notes.append(traceback.format_exc())
-        result = EvalResult(CandidateState.FAILED, f"evaluation error: {type(exc).__name__}: "
-                            f"{exc}", "evaluate")
+        result = EvalResult(
+            CandidateState.FAILED, f"evaluation error: {type(exc).__name__}: {exc}", "evaluate"
+        )
     if not result.cost_s:
         result = dataclasses.replace(result, cost_s=time.perf_counter() - start)
     shutil.rmtree(io_dir, ignore_errors=True)
@@ -298,8 +382,10 @@ class _RecordingSandbox:
     def log(self) -> str:
         parts = []
         for entry, res in self.calls:
-            parts.append(f"== {entry}: exit {res.returncode}, {res.wall_s:.3f} s"
-                         f"{', timed out' if res.timed_out else ''}{', ' + res.error if res.error else ''}")
+            parts.append(
+                f"== {entry}: exit {res.returncode}, {res.wall_s:.3f} s"
+                f"{', timed out' if res.timed_out else ''}{', ' + res.error if res.error else ''}"
+            )
             if res.stdout.strip():
                 parts.append("-- stdout\n" + res.stdout[-20000:])
             if res.stderr.strip():
@@ -329,26 +415,46 @@ def _set_result_attrs(trial: Any, result: EvalResult, commit: str, run_id: str) 
     trial.set_user_attr("state", result.state.value)  # last: marks the record complete
 
 
-def _record_rejected(r: Run, target: TargetSpec, study: optuna.Study, archive: Archive,
-                     proposal: Proposal, out: TargetSummary) -> None:
+def _record_rejected(
+    r: Run,
+    target: TargetSpec,
+    study: optuna.Study,
+    archive: Archive,
+    proposal: Proposal,
+    out: TargetSummary,
+) -> None:
     cid = f"c{_next_number(archive):04d}"
     trial = study.ask()
     result = EvalResult(CandidateState.REJECTED, str(proposal.rejected), "proposal")
-    cand = Candidate(cid, target.name, proposal.parent_id, proposal.proposer, {}, {}, "",
-                     proposal.summary)
+    cand = Candidate(
+        cid, target.name, proposal.parent_id, proposal.proposer, {}, {}, "", proposal.summary
+    )
     trial.set_user_attr("candidate", cid)
     trial.set_user_attr("proposer", proposal.proposer)
     trial.set_user_attr("parent", proposal.parent_id or "")
     run_id = r.tracker.log_candidate(
-        parent_run_id=r.summary.parent_run_id, candidate=cand, result=result, branch="",
-        commit="", trial_number=trial.number, diff="", prompt=proposal.prompt,
+        parent_run_id=r.summary.parent_run_id,
+        candidate=cand,
+        result=result,
+        branch="",
+        commit="",
+        trial_number=trial.number,
+        diff="",
+        prompt=proposal.prompt,
         response=proposal.response,
     )
     _set_result_attrs(trial, result, "", run_id)
     study.tell(trial, state=TrialState.FAIL)
-    entry = ArchiveEntry(cid, proposal.parent_id, dict(proposal.files), {},
-                         CandidateState.REJECTED, result.reason, summary=proposal.summary,
-                         proposer=proposal.proposer)
+    entry = ArchiveEntry(
+        cid,
+        proposal.parent_id,
+        dict(proposal.files),
+        {},
+        CandidateState.REJECTED,
+        result.reason,
+        summary=proposal.summary,
+        proposer=proposal.proposer,
+    )
     archive.add(entry, "rejected")
     r.proposer.observe(entry)
     r.budget.candidates += 1
@@ -367,8 +473,11 @@ def _record_duplicate(study: optuna.Study, trial: Any, archive: Archive, of: str
 
 
 def _commit_message(target: TargetSpec, cand: Candidate, result: EvalResult) -> str:
-    lines = [f"{target.name} {cand.id}: {cand.summary or 'candidate'}"[:200], "",
-             f"state: {result.state.value}"]
+    lines = [
+        f"{target.name} {cand.id}: {cand.summary or 'candidate'}"[:200],
+        "",
+        f"state: {result.state.value}",
+    ]
     if result.reason:
         lines.append(f"reason: {result.reason[:1500]}")
     lines.append(f"proposer: {cand.proposer}")
@@ -381,15 +490,19 @@ def _commit_message(target: TargetSpec, cand: Candidate, result: EvalResult) -> 
     return "\n".join(lines) + "\n"
 
 
-def _say_candidate(r: Run, target: TargetSpec, archive: Archive, entry: ArchiveEntry,
-                   result: EvalResult) -> None:
+def _say_candidate(
+    r: Run, target: TargetSpec, archive: Archive, entry: ArchiveEntry, result: EvalResult
+) -> None:
     best = archive.best()
     metric = target.primary.metric
     value = f"{metric}={entry.objectives[0]:.6g}" if entry.objectives else result.reason[:90]
     best_s = f"best {best.objectives[0]:.6g} ({best.id})" if best else "no valid candidate yet"
     left = r.budget.remaining_s() / 60
-    r.say(f"[{target.name}] {entry.id} {entry.state.value:<9} {value.splitlines()[0] if value else ''}"
-          f" | {best_s} | {entry.proposer} | {left:.1f} min left")
+    r.say(
+        f"[{target.name}] {entry.id} {entry.state.value:<9} "
+        f"{value.splitlines()[0] if value else ''}"
+        f" | {best_s} | {entry.proposer} | {left:.1f} min left"
+    )
 
 
 def _next_number(archive: Archive) -> int:
@@ -407,8 +520,10 @@ def _finish_summary(out: TargetSummary, archive: Archive, study: optuna.Study) -
     return out
 
 
-def _night_metrics(summary: RunSummary) -> dict[str, float]:
+def _night_metrics(summary: RunSummary, ledger: Ledger) -> dict[str, float]:
+    usage = ledger.summary()
     m: dict[str, float] = {
+        **{f"llm_{k}": float(v) for k, v in usage.items() if isinstance(v, int | float)},
         "candidates": float(sum(t.candidates for t in summary.targets)),
         "duplicates": float(sum(t.duplicates for t in summary.targets)),
         "winners": float(sum(1 for t in summary.targets if t.winner)),
@@ -436,10 +551,14 @@ def _open_night(config: ExperimentConfig, tracker: Tracker, resume: bool) -> tup
             f"--resume: no earlier night of experiment '{config.name}' under {config.state_dir}; "
             "run without --resume to start one"
         )
-    night = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    params = {"experiment_file": str(config.file), "seed": config.seed,
-              "proposer": config.proposer.kind, "budget_minutes": config.budget.minutes,
-              "targets": ",".join(t.spec.name for t in config.targets)}
+    night = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    params = {
+        "experiment_file": str(config.file),
+        "seed": config.seed,
+        "proposer": config.proposer.kind,
+        "budget_minutes": config.budget.minutes,
+        "targets": ",".join(t.spec.name for t in config.targets),
+    }
     run_id = tracker.start_night(night, params, {"optimizer.experiment": config.name})
     pointer.write_text(json.dumps({"night": night, "parent_run_id": run_id}))
     return night, run_id
@@ -469,26 +588,50 @@ def _recover_interrupted(r: Run, study: optuna.Study, target: TargetSpec) -> Non
         if cid in r.ws.candidate_ids(target.name):
             branch = r.ws.candidate_branch(target.name, cid)
             files = r.ws.read_files(target.name, cid, target.rel_path, target.editable)
-            cand = Candidate(cid, target.name, attrs.get("parent") or None,
-                             attrs.get("proposer", ""), files, frozen.params,
-                             attrs.get("content_hash", ""), attrs.get("summary", ""))
+            cand = Candidate(
+                cid,
+                target.name,
+                attrs.get("parent") or None,
+                attrs.get("proposer", ""),
+                files,
+                frozen.params,
+                attrs.get("content_hash", ""),
+                attrs.get("summary", ""),
+            )
             commit = r.ws.annotate(target.name, cid, _commit_message(target, cand, result))
             diff = r.ws.diff(target.name, cid)
             try:
                 r.ws.remove_worktree(target.name, cid)
             except OptimizerError:
                 pass
-        cand = Candidate(cid, target.name, attrs.get("parent") or None, attrs.get("proposer", ""),
-                         files, frozen.params, attrs.get("content_hash", ""),
-                         attrs.get("summary", ""))
+        cand = Candidate(
+            cid,
+            target.name,
+            attrs.get("parent") or None,
+            attrs.get("proposer", ""),
+            files,
+            frozen.params,
+            attrs.get("content_hash", ""),
+            attrs.get("summary", ""),
+        )
         run_id = r.tracker.log_candidate(
-            parent_run_id=r.summary.parent_run_id, candidate=cand, result=result,
-            branch=branch, commit=commit, trial_number=frozen.number, diff=diff,
+            parent_run_id=r.summary.parent_run_id,
+            candidate=cand,
+            result=result,
+            branch=branch,
+            commit=commit,
+            trial_number=frozen.number,
+            diff=diff,
         )
         storage, tid = study._storage, frozen._trial_id
-        for key, value in (("reason", reason), ("commit", commit), ("mlflow_run_id", run_id),
-                           ("state", CandidateState.FAILED.value), ("metrics", {}),
-                           ("objectives", [])):
+        for key, value in (
+            ("reason", reason),
+            ("commit", commit),
+            ("mlflow_run_id", run_id),
+            ("state", CandidateState.FAILED.value),
+            ("metrics", {}),
+            ("objectives", []),
+        ):
             storage.set_trial_user_attr(tid, key, value)
         study.tell(frozen.number, state=TrialState.FAIL)
         r.say(f"[{target.name}] {cid} marked FAILED: {reason}")
@@ -506,10 +649,19 @@ def _load_archive(r: Run, study: optuna.Study, target: TargetSpec, archive: Arch
         files: dict[str, str] = {}
         if cid in branches and (state is CandidateState.VALID or cid == "c0001"):
             files = r.ws.read_files(target.name, cid, target.rel_path, target.editable)
-        entry = ArchiveEntry(cid, a.get("parent") or None, files, dict(t.params), state,
-                             a.get("reason", ""), dict(a.get("metrics", {})),
-                             tuple(a.get("objectives", [])), {}, a.get("summary", ""),
-                             a.get("proposer", ""))
+        entry = ArchiveEntry(
+            cid,
+            a.get("parent") or None,
+            files,
+            dict(t.params),
+            state,
+            a.get("reason", ""),
+            dict(a.get("metrics", {})),
+            tuple(a.get("objectives", [])),
+            {},
+            a.get("summary", ""),
+            a.get("proposer", ""),
+        )
         archive.add(entry, a.get("structure", ""), a.get("content_hash", ""))
     if archive.entries:
         r.say(f"[{target.name}] resumed with {len(archive.entries)} earlier candidate(s)")
@@ -543,39 +695,61 @@ def _materialize(r: Run, target: TargetSpec, entry: ArchiveEntry) -> Path:
     return folder
 
 
-def _select_winner(r: Run, target: TargetSpec, evaluator: Evaluator, sandbox: Sandbox,
-                   study: optuna.Study, archive: Archive) -> dict[str, Any] | None:
+def _select_winner(
+    r: Run,
+    target: TargetSpec,
+    evaluator: Evaluator,
+    sandbox: Sandbox,
+    study: optuna.Study,
+    archive: Archive,
+) -> dict[str, Any] | None:
     """The best candidates, confirmed against the seed: significant and held-out."""
     seed = archive.seed
     assert seed is not None
     minimize = target.primary.minimize
     contenders = [e for e in archive.best_per_structure() if e.id != seed.id][:3]
     for best in contenders:
-        if not stats.exact_improvement(seed.objectives[0], best.objectives[0],
-                                       minimize=minimize, min_gain=target.min_gain):
-            r.say(f"[{target.name}] no winner: best {best.id} is not {target.min_gain:.0%} "
-                  "better than the seed")
+        if not stats.exact_improvement(
+            seed.objectives[0], best.objectives[0], minimize=minimize, min_gain=target.min_gain
+        ):
+            r.say(
+                f"[{target.name}] no winner: best {best.id} is not {target.min_gain:.0%} "
+                "better than the seed"
+            )
             return None
         evidence = _confirm(r, target, evaluator, sandbox, seed, best)
         if evidence.get("confirmed"):
             winner = _publish(r, target, study, archive, best, evidence)
-            r.say(f"[{target.name}] winner {best.id}: {evidence['headline']} -> "
-                  f"{winner['pull_branch']}")
+            r.say(
+                f"[{target.name}] winner {best.id}: {evidence['headline']} -> "
+                f"{winner['pull_branch']}"
+            )
             return winner
         r.say(f"[{target.name}] {best.id} not confirmed: {evidence['headline']}")
     return None
 
 
-def _confirm(r: Run, target: TargetSpec, evaluator: Evaluator, sandbox: Sandbox,
-             seed: ArchiveEntry, best: ArchiveEntry) -> dict[str, Any]:
+def _confirm(
+    r: Run,
+    target: TargetSpec,
+    evaluator: Evaluator,
+    sandbox: Sandbox,
+    seed: ArchiveEntry,
+    best: ArchiveEntry,
+) -> dict[str, Any]:
     cand_dir, seed_dir = _materialize(r, target, best), _materialize(r, target, seed)
     io_dir = r.config.state_dir / "worktrees" / "_io" / r.config.name / target.name / "confirm"
     scratch = r.config.state_dir / "scratch" / r.config.name / target.name / "confirm"
     for d in (io_dir, scratch):
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
-    ctx = EvalContext(sandbox, secrets.randbits(63), scratch, io_dir,
-                      timeout_s=max(r.config.sandbox.timeout_s or target.timeout_s, 60.0) * 4)
+    ctx = EvalContext(
+        sandbox,
+        secrets.randbits(63),
+        scratch,
+        io_dir,
+        timeout_s=max(r.config.sandbox.timeout_s or target.timeout_s, 60.0) * 4,
+    )
     metric, minimize = target.primary.metric, target.primary.minimize
     try:
         if target.noise == "timing":
@@ -583,30 +757,55 @@ def _confirm(r: Run, target: TargetSpec, evaluator: Evaluator, sandbox: Sandbox,
             if not res.ok:
                 return {"confirmed": False, "headline": f"comparison failed: {res.reason[:200]}"}
             ci = stats.paired_bootstrap_speedup(
-                res.samples["baseline"], res.samples["candidate"], minimize=minimize,
-                confidence=r.config.stats.confidence, n_boot=r.config.stats.n_boot,
-                seed=r.config.seed)
+                res.samples["baseline"],
+                res.samples["candidate"],
+                minimize=minimize,
+                confidence=r.config.stats.confidence,
+                n_boot=r.config.stats.n_boot,
+                seed=r.config.seed,
+            )
             ok = ci.significant(target.min_gain)
-            head = (f"speedup {ci.speedup:.3f}x, {ci.confidence:.0%} CI [{ci.low:.3f}, "
-                    f"{ci.high:.3f}] over {ci.n} interleaved pairs (needs > {1 + target.min_gain:.2f})")
-            return {"confirmed": ok, "headline": head, "speedup": ci.speedup, "low": ci.low,
-                    "high": ci.high, "pairs": ci.n, "kind": "paired bootstrap"}
+            head = (
+                f"speedup {ci.speedup:.3f}x, {ci.confidence:.0%} CI [{ci.low:.3f}, "
+                f"{ci.high:.3f}] over {ci.n} interleaved pairs (needs > {1 + target.min_gain:.2f})"
+            )
+            return {
+                "confirmed": ok,
+                "headline": head,
+                "speedup": ci.speedup,
+                "low": ci.low,
+                "high": ci.high,
+                "pairs": ci.n,
+                "kind": "paired bootstrap",
+            }
         gain = _gain(seed.objectives[0], best.objectives[0], minimize)
         head = f"{metric} {seed.objectives[0]:.6g} -> {best.objectives[0]:.6g} ({gain:+.1%}, exact)"
         held_c = evaluator.held_out(cand_dir, ctx)
         held_s = evaluator.held_out(seed_dir, ctx) if held_c is not None else None
         if held_c is None or held_s is None:
-            return {"confirmed": True, "headline": head + "; no held-out workload for this kind",
-                    "speedup": 1 + gain, "kind": "exact"}
+            return {
+                "confirmed": True,
+                "headline": head + "; no held-out workload for this kind",
+                "speedup": 1 + gain,
+                "kind": "exact",
+            }
         if not (held_c.ok and held_s.ok):
             bad = held_c if not held_c.ok else held_s
-            return {"confirmed": False, "headline": f"held-out evaluation failed: {bad.reason[:200]}"}
+            return {
+                "confirmed": False,
+                "headline": f"held-out evaluation failed: {bad.reason[:200]}",
+            }
         hc, hs = held_c.metrics[metric], held_s.metrics[metric]
         ok = stats.exact_improvement(hs, hc, minimize=minimize, min_gain=target.min_gain)
         hgain = _gain(hs, hc, minimize)
         head += f"; held-out {hs:.6g} -> {hc:.6g} ({hgain:+.1%})"
-        return {"confirmed": ok, "headline": head, "speedup": 1 + gain, "held_out_gain": hgain,
-                "kind": "exact + held-out"}
+        return {
+            "confirmed": ok,
+            "headline": head,
+            "speedup": 1 + gain,
+            "held_out_gain": hgain,
+            "kind": "exact + held-out",
+        }
     finally:
         for d in (cand_dir, seed_dir, io_dir, scratch):
             shutil.rmtree(d, ignore_errors=True)
@@ -628,40 +827,63 @@ def _lineage(archive: Archive, entry: ArchiveEntry) -> list[ArchiveEntry]:
     return list(reversed(chain))
 
 
-def _publish(r: Run, target: TargetSpec, study: optuna.Study, archive: Archive,
-             best: ArchiveEntry, evidence: dict[str, Any]) -> dict[str, Any]:
+def _publish(
+    r: Run,
+    target: TargetSpec,
+    study: optuna.Study,
+    archive: Archive,
+    best: ArchiveEntry,
+    evidence: dict[str, Any],
+) -> dict[str, Any]:
     seed = archive.seed
     assert seed is not None
-    trial = next(t for t in study.get_trials(deepcopy=False)
-                 if t.user_attrs.get("candidate") == best.id)
+    trial = next(
+        t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("candidate") == best.id
+    )
     run_id = trial.user_attrs.get("mlflow_run_id", "")
     title = f"{target.name}: {evidence['headline'].split(',')[0]} ({best.id})"
-    lines = [title, "",
-             f"Candidate {best.id} of experiment '{r.config.name}' (night {r.summary.night}) "
-             f"improves `{target.primary.metric}` of target `{target.name}` over its seed.", "",
-             "## Evidence", f"- {evidence['headline']}",
-             f"- Validation: passed every stage of the `{target.kind}` evaluator (static check, "
-             "correctness against the trusted reference on fresh inputs, performance).", "",
-             "## Metrics (seed -> candidate)"]
+    lines = [
+        title,
+        "",
+        f"Candidate {best.id} of experiment '{r.config.name}' (night {r.summary.night}) "
+        f"improves `{target.primary.metric}` of target `{target.name}` over its seed.",
+        "",
+        "## Evidence",
+        f"- {evidence['headline']}",
+        f"- Validation: passed every stage of the `{target.kind}` evaluator (static check, "
+        "correctness against the trusted reference on fresh inputs, performance).",
+        "",
+        "## Metrics (seed -> candidate)",
+    ]
     for name in sorted(set(seed.metrics) | set(best.metrics)):
         s, c = seed.metrics.get(name), best.metrics.get(name)
-        lines.append(f"- {name}: {s if s is None else f'{s:.6g}'} -> {c if c is None else f'{c:.6g}'}")
+        lines.append(
+            f"- {name}: {s if s is None else f'{s:.6g}'} -> {c if c is None else f'{c:.6g}'}"
+        )
     if best.knobs:
         lines += ["", "## Knobs", *(f"- {k} = {v!r}" for k, v in sorted(best.knobs.items()))]
     lines += ["", "## Lineage"]
     for e in _lineage(archive, best):
         lines.append(f"- {e.id} ({e.proposer}): {e.summary[:160] or '-'}")
-    lines += ["", "## Records",
-              f"- MLflow run: {run_id} (experiment '{r.config.name}')",
-              f"- Optuna study: {study.study_name}, trial {trial.number}",
-              f"- Candidate branch: {r.ws.candidate_branch(target.name, best.id)}"]
+    lines += [
+        "",
+        "## Records",
+        f"- MLflow run: {run_id} (experiment '{r.config.name}')",
+        f"- Optuna study: {study.study_name}, trial {trial.number}",
+        f"- Candidate branch: {r.ws.candidate_branch(target.name, best.id)}",
+    ]
     message = "\n".join(lines) + "\n"
     branch, sha = r.ws.make_pull_branch(target.name, target.rel_path, best.files, message)
     report = r.config.state_dir / "reports" / f"{r.config.name}-{target.name}-pr.md"
     report.write_text(message)
     if r.config.vcs.push:
         r.ws.push(r.config.vcs.push, [branch])
-    winner = {"candidate": best.id, "pull_branch": branch, "commit": sha,
-              "mlflow_run_id": run_id, **{k: v for k, v in evidence.items() if k != "confirmed"}}
+    winner = {
+        "candidate": best.id,
+        "pull_branch": branch,
+        "commit": sha,
+        "mlflow_run_id": run_id,
+        **{k: v for k, v in evidence.items() if k != "confirmed"},
+    }
     study.set_user_attr("winner", winner)
     return winner

@@ -2,15 +2,15 @@
 
 ``target.toml`` keys (unknown keys are an error)::
 
-    name        = "topk_sampling"            # unique within an experiment
-    kind        = "function"                 # evaluator kind: function, kernel, routing, speculative
-    description = "..."                      # goes into the LLM prompt
-    editable    = ["program.py"]             # files a proposer may change (EVOLVE-BLOCKs inside)
+    name        = "topk_sampling"     # unique within an experiment
+    kind        = "function"          # evaluator: function, kernel, routing, speculative
+    description = "..."               # goes into the LLM prompt
+    editable    = ["program.py"]      # files a proposer may change (EVOLVE-BLOCKs inside)
     objectives  = [{ metric = "time_s", direction = "minimize" }]
-    noise       = "timing"                   # "timing" (bootstrap CI) or "deterministic" (exact + held-out)
-    min_gain    = 0.05                       # a winner must be this much better (fraction)
-    timeout_s   = 60                         # wall-clock limit of one sandboxed evaluation
-    [evaluator]                              # settings for the kind's evaluator (free-form, kind-checked)
+    noise       = "timing"            # "timing" (bootstrap CI) or "deterministic" (+ held-out)
+    min_gain    = 0.05                # a winner must be this much better (fraction)
+    timeout_s   = 60                  # wall-clock limit of one sandboxed evaluation
+    [evaluator]                       # the kind's own settings (free-form, kind-checked)
 
 This module imports only the standard library so that evaluators can use it on a GPU
 machine that has nothing but torch and triton.
@@ -87,8 +87,10 @@ def load_target(
     """Read ``folder/target.toml``; ``overrides`` (from the experiment or --set) win."""
     folder = folder if folder.is_absolute() else workspace / folder
     toml_path = folder / "target.toml"
-    shown = str(toml_path.relative_to(workspace)) if toml_path.is_relative_to(workspace) else str(
-        toml_path
+    shown = (
+        str(toml_path.relative_to(workspace))
+        if toml_path.is_relative_to(workspace)
+        else str(toml_path)
     )
     if not toml_path.is_file():
         raise ConfigError(
@@ -114,8 +116,10 @@ def load_target(
     if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
         raise ConfigError("must be a string of letters, digits, '_' or '-'", file=shown, key="name")
     editable = data["editable"]
-    if not isinstance(editable, list) or not editable or not all(
-        isinstance(e, str) for e in editable
+    if (
+        not isinstance(editable, list)
+        or not editable
+        or not all(isinstance(e, str) for e in editable)
     ):
         raise ConfigError("must be a non-empty list of file names", file=shown, key="editable")
     for rel in editable:
@@ -128,7 +132,7 @@ def load_target(
     for i, obj in enumerate(raw_objs):
         if not isinstance(obj, dict) or set(obj) - {"metric", "direction"} or "metric" not in obj:
             raise ConfigError(
-                "each objective is { metric = \"...\", direction = \"minimize\"|\"maximize\" }",
+                'each objective is { metric = "...", direction = "minimize"|"maximize" }',
                 file=shown,
                 key=f"objectives[{i}]",
             )

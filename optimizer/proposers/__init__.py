@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 __all__ = ["ArchiveEntry", "OfflineProposer", "ProposalContext", "Proposer", "make_proposer"]
 
 
-def make_proposer(config: ExperimentConfig) -> Proposer:
+def make_proposer(config: ExperimentConfig, night: str = "adhoc") -> Proposer:
+    """The proposer an experiment names; an LLM's exchanges go to a cassette per night."""
     kind = config.proposer.kind
     if kind == "offline":
         off = config.proposer.offline
@@ -24,7 +25,7 @@ def make_proposer(config: ExperimentConfig) -> Proposer:
         from optimizer.proposers.llm import LLMProposer
 
         settings = llm_settings_from(config.proposer.llm, str(config.file))
-        cassette = config.state_dir / "cassettes" / f"{config.name}.jsonl"
+        cassette = config.state_dir / "cassettes" / f"{config.name}-{night}.jsonl"
         cassette.parent.mkdir(parents=True, exist_ok=True)
         return LLMProposer(settings, cassette=cassette, seed=config.seed)
     if kind.startswith("replay:"):

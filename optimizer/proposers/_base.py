@@ -60,8 +60,8 @@ class Proposer(ABC):
     def propose(self, context: ProposalContext) -> Proposal:
         """Return the next proposal (never raise for a bad model answer)."""
 
-    def observe(self, entry: ArchiveEntry) -> None:
+    def observe(self, entry: ArchiveEntry) -> None:  # noqa: B027 - optional hook
         """Hear how a candidate this proposer made ended (for bandits); optional."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients and files."""
