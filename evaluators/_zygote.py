@@ -35,7 +35,7 @@ import time
 import traceback
 from typing import Any
 
-from evaluators._child import apply_limits, run_entry
+from evaluators._child import confine, run_entry
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -159,7 +159,7 @@ def _child(req: dict[str, Any], fds: list[int], tmp: str, sock: socket.socket) -
         os.environ.update({"HOME": tmp, "TMPDIR": tmp, "TMP": tmp, "TEMP": tmp})
         tempfile.tempdir = None
         os.chdir(req["workdir"])
-        apply_limits(req["limits"])
+        confine(req, [tmp])
         code = run_entry(req["entry"], req["payload"], req["io_dir"], 3)
     except BaseException:  # noqa: BLE001 - report anything, then exit
         traceback.print_exc()

@@ -76,6 +76,7 @@ class SandboxSettings:
     max_response_bytes: int = 16_000_000  # the JSON response; larger is rejected
     warm: bool = True  # use the zygote when workdir and io_dir lie under rw_root
     start_timeout_s: float = 300.0  # the zygote's preload (torch+triton: ~5-10 s cold)
+    landlock: bool = True  # confine writes to workdir, io_dir and tmp (Linux >= 5.13)
 
 
 @dataclass(frozen=True)
@@ -234,6 +235,8 @@ class Sandbox:
             )
             request = {"entry": entry, "payload": dict(payload), "io_dir": str(io)}
             request["limits"] = self._limits(timeout)
+            request["landlock"] = self.settings.landlock
+            request["writable"] = [str(workdir), str(io)]
             if warm:
                 return self._call_warm(request, workdir, timeout)
             return self._call_cold(request, workdir, io, timeout)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import optimizer.sandbox as sandbox_mod
+from evaluators._child import landlock_abi
 from optimizer._sandbox_bwrap import SANDBOX_UID, bwrap_argv, probe, scrubbed_env
 from optimizer._sandbox_io import describe_exit, parse_response
 from optimizer.errors import IsolationError, SandboxError
@@ -36,6 +37,12 @@ def run(payload, io_dir):
             out["workspace_writable"] = True
         except OSError:
             out["workspace_writable"] = False
+    if payload.get("signal_parent"):
+        try:
+            os.kill(os.getppid(), 0)  # signal 0: only the permission check
+            out["can_signal_parent"] = True
+        except PermissionError:
+            out["can_signal_parent"] = False
     if payload.get("sleep"):
         import time
         time.sleep(payload["sleep"])
@@ -208,3 +215,12 @@ def test_timeout_is_reported_and_the_next_call_works(layout, warm: bool) -> None
         assert time.perf_counter() - start < 5
         res = sb.call("probe_entry:run", {"n": 5}, workdir=layout["cand"], io_dir=layout["io"])
         assert res.response is not None and res.response["n"] == 10
+
+
+@pytest.mark.skipif(landlock_abi() < 6, reason="Landlock signal scoping needs ABI 6")
+@pytest.mark.parametrize("warm", [True, False])
+def test_landlock_keeps_the_fallback_from_signalling_its_parent(layout, warm: bool) -> None:
+    with Sandbox(_settings(layout, isolation="rlimits", warm=warm)) as sb:
+        res = sb.call("probe_entry:run", {"n": 1, "signal_parent": True}, workdir=layout["cand"],
+                      io_dir=layout["io"])  # fmt: skip
+    assert res.response is not None and res.response["can_signal_parent"] is False

@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 from evaluators._base import result_from_call
+from evaluators._child import landlock_abi
 from optimizer._sandbox_bwrap import probe
 from optimizer.sandbox import Sandbox, SandboxSettings
 
@@ -43,10 +44,13 @@ SECRETS = (API_KEY, SCRATCH_SECRET, SSH_SECRET)
 # Cases that are only contained by namespaces: without bwrap they would reach the real
 # file system, network or processes (as root, kill(-1) would hit the whole machine).
 BWRAP_ONLY = {
-    "fork_bomb", "write_state_dir", "write_repo", "write_home", "symlink_escape",
-    "proc_environ", "home_files", "network", "kill_parent", "kill_everything",
+    "fork_bomb", "proc_environ", "home_files", "network", "kill_parent", "kill_everything",
     "read_scratch",
 }  # fmt: skip
+# Writes outside the worktree: Landlock confines them in both modes, and in the warm
+# zygote (where the whole writable root is mounted) it is what protects sibling worktrees.
+LANDLOCK = {"write_state_dir", "write_repo", "write_home", "symlink_escape",
+            "tamper_other_candidate"}  # fmt: skip
 TIMEOUTS = {"stdout_flood": 30.0}
 BEATS = {"setsid_escapee": "escapee.beat", "threads_left": "thread.beat"}
 
@@ -206,6 +210,8 @@ def _assert_no_secret(call, *folders: Path) -> None:
 def test_hostile_candidate_is_contained(sandbox: Sandbox, world: World, case: str) -> None:
     if sandbox.isolation != "bwrap" and case in BWRAP_ONLY:
         pytest.skip("contained only with bwrap (namespaces)")
+    if case in LANDLOCK and not landlock_abi():
+        pytest.skip("writes outside the worktree are confined by Landlock, absent here")
     want_state, want_reason = expected(PROGRAMS[case])
     before = world.snapshot()
     hits = len(world.hits)

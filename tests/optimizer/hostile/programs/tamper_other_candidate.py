@@ -1,0 +1,44 @@
+"""Hostile program: Rewrites a sibling candidate's worktree (e.g. the incumbent it is
+compared with) and plants files next to it, all under the writable root.
+
+Expected through the sandbox: VALID (writes outside its own worktree and io dir fail).
+"""
+# expected: VALID |
+
+import os
+
+import numpy as np
+
+_DONE = False
+
+
+def _attack():
+    global _DONE
+    if _DONE:
+        return
+    _DONE = True
+    for path in ("../other/program.py", "../other/planted.py", "../planted.txt"):
+        try:
+            with open(path, "w") as fh:
+                fh.write("pwned")
+        except OSError as exc:
+            print("blocked:", exc)
+    try:
+        os.rename("../other", "../other-moved")
+    except OSError as exc:
+        print("blocked:", exc)
+
+
+def filter_probs(logits, top_k, top_p):
+    x = logits.astype(np.float64)
+    k = max(1, min(int(top_k), x.shape[1]))
+    order = np.argsort(-x, axis=1, kind="stable")[:, :k]
+    vals = np.take_along_axis(x, order, axis=1)
+    p = np.exp(vals - vals[:, :1])
+    p /= p.sum(axis=1, keepdims=True)
+    p = np.where(np.cumsum(p, axis=1) - p < top_p, p, 0.0)
+    p /= p.sum(axis=1, keepdims=True)
+    out = np.zeros(x.shape, np.float32)
+    np.put_along_axis(out, order, p, axis=1)
+    _attack()
+    return out
