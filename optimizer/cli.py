@@ -53,12 +53,21 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run an experiment (the nightly job)")
     run.add_argument("experiment", type=Path)
-    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="override any experiment or target setting (repeatable)")
-    run.add_argument("--resume", action="store_true",
-                     help="continue the last night of this experiment")
+    run.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override any experiment or target setting (repeatable)",
+    )
+    run.add_argument(
+        "--resume", action="store_true", help="continue the last night of this experiment"
+    )
     run.add_argument("--proposer", help="offline | llm | replay:PATH")
-    run.add_argument("--llm-base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
+    run.add_argument(
+        "--llm-base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1"
+    )
     run.add_argument("--llm-model", help="model name at that endpoint")
     run.add_argument("--minutes", type=float, help="time budget (same as --set budget.minutes=N)")
     run.add_argument("--json", action="store_true", help="print the run summary as JSON at the end")
@@ -66,23 +75,32 @@ def _parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("evaluate", help="evaluate a target's seed or given files once")
     ev.add_argument("target", help="target folder, or a target name of the experiment")
-    ev.add_argument("files", nargs="*", type=Path,
-                    help="candidate files in place of the editable ones (matched by name)")
+    ev.add_argument(
+        "files",
+        nargs="*",
+        type=Path,
+        help="candidate files in place of the editable ones (matched by name)",
+    )
     ev.add_argument("-e", "--experiment", type=Path, default=DEFAULT_EXPERIMENT)
     ev.add_argument("--json", action="store_true")
     ev.set_defaults(func=cmd_evaluate)
 
-    for name, func, help_ in (("status", cmd_status, "counts of candidates, branches and runs"),
-                              ("report", cmd_report, "markdown report with plots"),
-                              ("branches", cmd_branches, "list (or --prune) candidate branches"),
-                              ("ui", cmd_ui, "open the MLflow UI on this experiment's runs")):
+    for name, func, help_ in (
+        ("status", cmd_status, "counts of candidates, branches and runs"),
+        ("report", cmd_report, "markdown report with plots"),
+        ("branches", cmd_branches, "list (or --prune) candidate branches"),
+        ("ui", cmd_ui, "open the MLflow UI on this experiment's runs"),
+    ):
         sp = sub.add_parser(name, help=help_)
         sp.add_argument("-e", "--experiment", type=Path, default=DEFAULT_EXPERIMENT)
         if name == "status":
             sp.add_argument("--json", action="store_true")
         if name == "branches":
-            sp.add_argument("--prune", action="store_true",
-                            help="delete candidate branches and stale worktrees (pull branches stay)")
+            sp.add_argument(
+                "--prune",
+                action="store_true",
+                help="delete candidate branches and stale worktrees (pull branches stay)",
+            )
         if name == "ui":
             sp.add_argument("--port", type=int, default=5000)
             sp.add_argument("--host", default="127.0.0.1")
@@ -133,14 +151,18 @@ def _workspace_of(experiment: Path) -> Path:
 
 def _summary_table(summary: object) -> str:
     s = summary  # RunSummary
-    lines = [f"\nnight {s.night}: {s.stop_reason}",  # type: ignore[attr-defined]
-             f"{'target':<22} {'cands':>5} {'dups':>5} {'valid':>5} {'seed':>12} {'best':>12}  winner"]
+    lines = [
+        f"\nnight {s.night}: {s.stop_reason}",  # type: ignore[attr-defined]
+        f"{'target':<22} {'cands':>5} {'dups':>5} {'valid':>5} {'seed':>12} {'best':>12}  winner",
+    ]
     for t in s.targets:  # type: ignore[attr-defined]
         seed = f"{t.seed_value:.6g}" if t.seed_value is not None else "-"
         best = f"{t.best_value:.6g}" if t.best_value is not None else "-"
         win = t.winner["pull_branch"] if t.winner else (t.note or "-")
-        lines.append(f"{t.target:<22} {t.candidates:>5} {t.duplicates:>5} "
-                     f"{t.states.get('VALID', 0):>5} {seed:>12} {best:>12}  {win}")
+        lines.append(
+            f"{t.target:<22} {t.candidates:>5} {t.duplicates:>5} "
+            f"{t.states.get('VALID', 0):>5} {seed:>12} {best:>12}  {win}"
+        )
     oh = sorted(s.engine_overhead_ms)  # type: ignore[attr-defined]
     if oh:
         lines.append(f"engine overhead per candidate: median {oh[len(oh) // 2]:.0f} ms")
@@ -165,8 +187,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         from optimizer.config import load_experiment
 
         if not args.experiment.exists():
-            raise ConfigError(f"{args.target}: neither a target folder nor a target name "
-                              f"(no experiment file {args.experiment})")
+            raise ConfigError(
+                f"{args.target}: neither a target folder nor a target name "
+                f"(no experiment file {args.experiment})"
+            )
         folder = load_experiment(args.experiment, workspace=workspace).target(args.target).spec.path
     target = load_target(folder.resolve(), folder.resolve().parent)
     replacements = _match_files(target.editable, args.files)
@@ -182,19 +206,24 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         scratch.mkdir()
         from optimizer.config import ExperimentConfig
 
-        config = ExperimentConfig(name="evaluate", file=folder, workspace=workspace, targets=(),
-                                  state_dir=root)
+        config = ExperimentConfig(
+            name="evaluate", file=folder, workspace=workspace, targets=(), state_dir=root
+        )
         sandbox = _make_sandbox(config, target, evaluator)
         with sandbox:
-            ctx = EvalContext(sandbox, secrets.randbits(63), scratch, io_dir,
-                              timeout_s=target.timeout_s)
+            ctx = EvalContext(
+                sandbox, secrets.randbits(63), scratch, io_dir, timeout_s=target.timeout_s
+            )
             result = evaluator.evaluate(cand_dir, ctx)
     data = result.to_json()
     data["target"] = target.name
     if args.json:
         print(json.dumps(data, indent=2))
     else:
-        print(f"{target.name}: {result.state.value}" + (f" ({result.reason})" if result.reason else ""))
+        print(
+            f"{target.name}: {result.state.value}"
+            + (f" ({result.reason})" if result.reason else "")
+        )
         for k, v in sorted(result.metrics.items()):
             print(f"  {k}: {v:.6g}")
         print(f"  evaluation took {result.cost_s:.2f} s")
@@ -211,8 +240,10 @@ def _match_files(editable: Sequence[str], files: Sequence[Path]) -> dict[str, Pa
         if not matches and len(editable) == 1 and len(files) == 1:
             matches = list(editable)
         if len(matches) != 1:
-            raise ConfigError(f"candidate file {f.name} matches no editable file of the target "
-                              f"({', '.join(editable)}); name it like the file it replaces")
+            raise ConfigError(
+                f"candidate file {f.name} matches no editable file of the target "
+                f"({', '.join(editable)}); name it like the file it replaces"
+            )
         out[matches[0]] = f
     return out
 
@@ -238,7 +269,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     from optimizer.report import build_report
 
     config = _config(args)
-    out = build_report(config.optuna_storage, config.name, config.state_dir / "reports" / config.name)
+    out = build_report(
+        config.optuna_storage, config.name, config.state_dir / "reports" / config.name
+    )
     print(f"report written to {out}")
     return 0
 
@@ -247,8 +280,9 @@ def cmd_branches(args: argparse.Namespace) -> int:
     from optimizer.vcs import Workspace
 
     config = _config(args)
-    ws = Workspace(config.workspace, experiment=config.name, state_dir=config.state_dir,
-                   base=config.base)
+    ws = Workspace(
+        config.workspace, experiment=config.name, state_dir=config.state_dir, base=config.base
+    )
     if args.prune:
         print(f"deleted {ws.prune(config.name)} candidate branch(es); pull branches kept")
         return 0
@@ -263,7 +297,12 @@ def cmd_ui(args: argparse.Namespace) -> int:
     config = _config(args)
     tracker = Tracker(config.tracking_uri, config.name, config.state_dir / "mlartifacts")
     cmd = tracker.ui_command(host=args.host, port=args.port)
-    print(f"MLflow UI on http://{args.host}:{args.port} (experiment '{config.name}'); Ctrl-C stops it")
+    if not cmd:
+        print(f"the runs are on the tracking server {config.tracking_uri}: open it in a browser")
+        return 0
+    print(
+        f"MLflow UI on http://{args.host}:{args.port} (experiment '{config.name}'); Ctrl-C stops it"
+    )
     proc = subprocess.Popen(cmd, start_new_session=True)
     try:
         return proc.wait()
@@ -279,7 +318,7 @@ def cmd_import_kernelbench(args: argparse.Namespace) -> int:
     name = args.name or args.file.stem.lower().replace("-", "_")
     dest = args.dest or Path("targets/kernels") / f"kb_{name}"
     folder = import_kernelbench(args.file, dest, args.name)
-    print(f"target written to {folder}; add it to an experiment with [[targets]] path = \"{folder}\"")
+    print(f'target written to {folder}; add it to an experiment with [[targets]] path = "{folder}"')
     return 0
 
 

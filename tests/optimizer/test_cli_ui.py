@@ -1,0 +1,87 @@
+"""`optimizer ui` serves the night's runs: a real MLflow server queried over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from optimizer.cli import main
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _post(url: str, body: dict) -> dict:
+    req = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+@pytest.mark.slow
+def test_ui_serves_the_nights_runs(
+    toy_repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(toy_repo)
+    assert main(["run", "experiments/toy.toml", "--set", "budget.max_candidates=3"]) == 0
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "optimizer.cli",
+            "ui",
+            "-e",
+            "experiments/toy.toml",
+            "--port",
+            str(port),
+        ],
+        cwd=toy_repo,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            assert proc.poll() is None, "the UI process exited"
+            assert time.monotonic() < deadline, "the UI did not come up within 90 s"
+            time.sleep(0.5)
+        with urllib.request.urlopen(base + "/", timeout=5) as resp:
+            assert resp.status == 200 and b"<html" in resp.read().lower()
+        exp = json.loads(
+            urllib.request.urlopen(
+                f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name=toy", timeout=5
+            ).read()
+        )["experiment"]
+        runs = _post(
+            f"{base}/api/2.0/mlflow/runs/search",
+            {"experiment_ids": [exp["experiment_id"]], "max_results": 100},
+        )["runs"]
+        tags = [{t["key"]: t["value"] for t in r["data"].get("tags", [])} for r in runs]
+        candidates = sorted(t["optimizer.candidate"] for t in tags if "optimizer.candidate" in t)
+        assert candidates == ["c0001", "c0002", "c0003"]
+        assert sum(1 for t in tags if "optimizer.night" in t) == 1
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
