@@ -32,7 +32,7 @@ def cost():
 # EVOLVE-BLOCK-END
 '''
 
-TOY_EVALUATE = '''
+TOY_EVALUATE = """
 import importlib.util
 import uuid
 
@@ -50,23 +50,26 @@ def validate(path):
 
 
 def evaluate(path):
-    return {"cost": float(_load(path).cost())}
+    mod = _load(path)
+    return {"cost": float(mod.cost()), "x": float(mod.X)}
 
 
 def evaluate_held_out(path):
     return {"cost": float(_load(path).cost()) + 0.5}
-'''
+"""
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
+    ).stdout
 
 
 def write_experiment(repo: Path, name: str = "toy", body: str = "") -> Path:
     exp = repo / "experiments" / f"{name}.toml"
     exp.parent.mkdir(exist_ok=True)
-    exp.write_text(textwrap.dedent(f'''
+    exp.write_text(
+        textwrap.dedent(f'''
         name = "{name}"
         seed = 1
         [budget]
@@ -76,7 +79,9 @@ def write_experiment(repo: Path, name: str = "toy", body: str = "") -> Path:
         n_startup_trials = 4
         [[targets]]
         path = "targets/function/toy"
-    ''') + body)
+    ''')
+        + body
+    )
     return exp
 
 

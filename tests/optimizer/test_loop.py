@@ -20,8 +20,9 @@ from optimizer.status import collect_status
 
 
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
+    ).stdout
 
 
 def _branches(repo: Path, prefix: str) -> list[str]:
@@ -34,8 +35,9 @@ def test_end_to_end_run(toy_repo: Path) -> None:
     user_edit = dirty.read_text() + "\n# the user's uncommitted work\n"
     dirty.write_text(user_edit)
     lines: list[str] = []
-    cfg = load_experiment(toy_repo / "experiments/toy.toml", ["budget.max_candidates=12"],
-                          workspace=toy_repo)
+    cfg = load_experiment(
+        toy_repo / "experiments/toy.toml", ["budget.max_candidates=12"], workspace=toy_repo
+    )
     summary = run(cfg, say=lines.append)
 
     (t,) = summary.targets
@@ -51,11 +53,13 @@ def test_end_to_end_run(toy_repo: Path) -> None:
     pr = "optimizer/pr/toy/toy"
     assert _git(toy_repo, "rev-list", "--count", f"{base}..{pr}").strip() == "1"
     assert _git(toy_repo, "diff", "--name-only", base, pr).split() == [
-        "targets/function/toy/program.py"]
+        "targets/function/toy/program.py"
+    ]
     message = _git(toy_repo, "log", "-1", "--format=%B", pr)
     assert "held-out" in message and "Lineage" in message and t.winner["candidate"] in message
-    assert "state: VALID" in _git(toy_repo, "log", "-1", "--format=%B",
-                                  f"optimizer/toy/toy/{t.winner['candidate']}")
+    assert "state: VALID" in _git(
+        toy_repo, "log", "-1", "--format=%B", f"optimizer/toy/toy/{t.winner['candidate']}"
+    )
     assert dirty.read_text() == user_edit  # the user's work is untouched
 
     # Optuna and MLflow agree with git
@@ -69,8 +73,9 @@ def test_end_to_end_run(toy_repo: Path) -> None:
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(cfg.tracking_uri)
-    runs = client.search_runs([client.get_experiment_by_name("toy").experiment_id],
-                              "tags.`optimizer.candidate` = 'c0002'")
+    runs = client.search_runs(
+        [client.get_experiment_by_name("toy").experiment_id], "tags.`optimizer.candidate` = 'c0002'"
+    )
     (r,) = runs
     assert r.data.tags["mlflow.parentRunId"] == summary.parent_run_id
     names = {a.path for a in client.list_artifacts(r.info.run_id)}
@@ -80,27 +85,53 @@ def test_end_to_end_run(toy_repo: Path) -> None:
 
 
 def test_no_identical_candidate_twice(toy_repo: Path) -> None:
-    cfg = load_experiment(toy_repo / "experiments/toy.toml", ["budget.max_candidates=25"],
-                          workspace=toy_repo)
+    cfg = load_experiment(
+        toy_repo / "experiments/toy.toml", ["budget.max_candidates=25"], workspace=toy_repo
+    )
     run(cfg, say=lambda s: None)
     study = optuna.load_study(study_name="toy/toy", storage=cfg.optuna_storage)
-    hashes = [x.user_attrs["content_hash"] for x in study.trials
-              if x.user_attrs.get("candidate") and x.user_attrs.get("content_hash")]
+    hashes = [
+        x.user_attrs["content_hash"]
+        for x in study.trials
+        if x.user_attrs.get("candidate") and x.user_attrs.get("content_hash")
+    ]
     assert len(hashes) == len(set(hashes))
 
 
-def test_status_json_cli(toy_repo: Path, capsys: pytest.CaptureFixture[str],
-                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_status_json_cli(
+    toy_repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(toy_repo)
     assert main(["run", "experiments/toy.toml", "--set", "budget.max_candidates=4"]) == 0
     capsys.readouterr()
     assert main(["status", "-e", "experiments/toy.toml", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["totals"]["candidates"] == 4 and data["consistent"]
+    assert main(["report", "-e", "experiments/toy.toml"]) == 0
+    report = toy_repo / ".optimizer/reports/toy/report.md"
+    assert "toy" in report.read_text() and list(report.parent.glob("*.png"))
 
 
-def test_outside_git_repo_is_a_clear_error(toy_repo: Path, tmp_path: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_multi_objective_study_keeps_a_pareto_front(toy_repo: Path) -> None:
+    cfg = load_experiment(
+        toy_repo / "experiments/toy.toml",
+        [
+            "budget.max_candidates=10",
+            'targets.toy.objectives=[{metric="cost"}, {metric="x", direction="maximize"}]',
+        ],
+        workspace=toy_repo,
+    )
+    summary = run(cfg, say=lambda s: None)
+    study = optuna.load_study(study_name="toy/toy", storage=cfg.optuna_storage)
+    assert len(study.directions) == 2
+    front = study.best_trials
+    assert front and all(len(t.values) == 2 for t in front)
+    assert summary.targets[0].candidates == 10
+
+
+def test_outside_git_repo_is_a_clear_error(
+    toy_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
     os.rename(toy_repo / "experiments", plain / "experiments")
@@ -113,10 +144,18 @@ def test_outside_git_repo_is_a_clear_error(toy_repo: Path, tmp_path: Path,
 def test_sigkill_then_resume_keeps_stores_in_agreement(toy_repo: Path) -> None:
     """Kill a run with SIGKILL mid-way, resume it: nothing evaluated twice, stores agree."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "optimizer.cli", "run", "experiments/toy.toml",
-           "--set", "budget.max_candidates=200"]
-    proc = subprocess.Popen(cmd, cwd=toy_repo, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "optimizer.cli",
+        "run",
+        "experiments/toy.toml",
+        "--set",
+        "budget.max_candidates=200",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=toy_repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     seen = 0
     deadline = time.monotonic() + 90
     assert proc.stdout is not None
@@ -129,8 +168,9 @@ def test_sigkill_then_resume_keeps_stores_in_agreement(toy_repo: Path) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert seen >= 6
-    cfg = load_experiment(toy_repo / "experiments/toy.toml", ["budget.max_candidates=5"],
-                          workspace=toy_repo)
+    cfg = load_experiment(
+        toy_repo / "experiments/toy.toml", ["budget.max_candidates=5"], workspace=toy_repo
+    )
     run(cfg, resume=True, say=lambda s: None)
     study = optuna.load_study(study_name="toy/toy", storage=cfg.optuna_storage)
     assert not [x for x in study.trials if x.state == optuna.trial.TrialState.RUNNING]
