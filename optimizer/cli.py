@@ -24,8 +24,12 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from optimizer.errors import ConfigError, OptimizerError
+
+if TYPE_CHECKING:
+    from optimizer.config import ExperimentConfig
 
 DEFAULT_EXPERIMENT = Path("experiments/nightly.toml")
 
@@ -251,7 +255,7 @@ def _match_files(editable: Sequence[str], files: Sequence[Path]) -> dict[str, Pa
 # -- status, report, branches, ui -------------------------------------------------------
 
 
-def _config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _config(args: argparse.Namespace) -> ExperimentConfig:
     from optimizer.config import load_experiment
 
     return load_experiment(args.experiment, workspace=_workspace_of(args.experiment))

@@ -191,7 +191,7 @@ def _build(cls: type, data: Any, file: str, prefix: str) -> Any:
     kwargs = {}
     for name, value in data.items():
         hint = hints[name]
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             kwargs[name] = _build(hint, value, file, f"{prefix}.{name}")
         else:
             kwargs[name] = _check_type(value, hint, file, f"{prefix}.{name}")
@@ -280,7 +280,9 @@ def _proposer(data: Any, file: str) -> ProposerConfig:
     kind = _check_type(data.get("kind", "offline"), str, file, "proposer.kind")
     if kind not in ("offline", "llm") and not kind.startswith("replay:"):
         raise ConfigError(
-            f"must be 'offline', 'llm' or 'replay:PATH', not {kind!r}", file=file, key="proposer.kind"
+            f"must be 'offline', 'llm' or 'replay:PATH', not {kind!r}",
+            file=file,
+            key="proposer.kind",
         )
     offline = _build(OfflineConfig, data.get("offline", {}), file, "proposer.offline")
     llm = data.get("llm", {})
@@ -303,8 +305,10 @@ def llm_settings_from(data: Mapping[str, Any], file: str = "<config>") -> Any:
             file=file,
             key=f"proposer.llm.{unknown[0]}",
         )
-    values = {k: tuple(tuple(x) if isinstance(x, list) else x for x in v) if isinstance(v, list)
-              else v for k, v in data.items()}
+    values: dict[str, Any] = {
+        k: tuple(tuple(x) if isinstance(x, list) else x for x in v) if isinstance(v, list) else v
+        for k, v in data.items()
+    }
     try:
         return LLMSettings(**values)
     except (TypeError, ValueError) as exc:
@@ -316,7 +320,7 @@ def _targets(
 ) -> tuple[TargetEntry, ...]:
     if not isinstance(data, list) or not data:
         raise ConfigError(
-            "an experiment needs at least one [[targets]] entry with path = \"targets/...\"",
+            'an experiment needs at least one [[targets]] entry with path = "targets/..."',
             file=file,
             key="targets",
         )

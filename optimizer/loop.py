@@ -668,7 +668,7 @@ def _load_archive(r: Run, study: optuna.Study, target: TargetSpec, archive: Arch
 
 
 def _make_sandbox(config: ExperimentConfig, target: TargetSpec, evaluator: Evaluator) -> Sandbox:
-    wanted = {
+    wanted: dict[str, Any] = {
         "timeout_s": config.sandbox.timeout_s or target.timeout_s,
         "memory_mb": config.sandbox.memory_mb,
         "require_isolation": config.sandbox.require_isolation,

@@ -25,10 +25,15 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 log = logging.getLogger("optimizer.search")
 
 
-def make_sampler(name: str, seed: int, n_startup_trials: int, multi: bool) -> optuna.samplers.BaseSampler:
+def make_sampler(
+    name: str, seed: int, n_startup_trials: int, multi: bool
+) -> optuna.samplers.BaseSampler:
     if name == "tpe":
         return optuna.samplers.TPESampler(
-            seed=seed, n_startup_trials=n_startup_trials, multivariate=True, group=True,
+            seed=seed,
+            n_startup_trials=n_startup_trials,
+            multivariate=True,
+            group=True,
             constant_liar=True,
         )
     if name == "random":
@@ -45,7 +50,7 @@ def make_sampler(name: str, seed: int, n_startup_trials: int, multi: bool) -> op
 def open_study(
     storage: str, experiment: str, target: TargetSpec, sampler: optuna.samplers.BaseSampler
 ) -> optuna.Study:
-    directions = [o.direction for o in target.objectives]
+    directions: list[Any] = [o.direction for o in target.objectives]
     name = f"{experiment}/{target.name}"
     if storage.startswith("sqlite:///"):
         from pathlib import Path
@@ -53,7 +58,10 @@ def open_study(
         Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     try:
         study = optuna.create_study(
-            storage=storage, study_name=name, sampler=sampler, directions=directions,
+            storage=storage,
+            study_name=name,
+            sampler=sampler,
+            directions=directions,
             load_if_exists=True,
         )
     except ValueError as exc:
@@ -83,7 +91,9 @@ class ParamNames:
             if old is not None:
                 try:
                     check_distribution_compatibility(old, dist)
-                    if old != dist and isinstance(dist, optuna.distributions.CategoricalDistribution):
+                    if old != dist and isinstance(
+                        dist, optuna.distributions.CategoricalDistribution
+                    ):
                         raise ValueError("categorical choices changed")
                 except ValueError:
                     param = f"{knob}@{structure[:6]}"
