@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import statistics
 from pathlib import Path
 from typing import Any
@@ -85,11 +86,27 @@ class SpeculativeEvaluator(Evaluator):
                                for p in prompts]
         return self._refs[key]
 
+    def _stage_target(self, ctx: EvalContext) -> Path:
+        """Copy the cached target into the io dir, fresh for every call.
+
+        The sandbox hides the state dir (where the cache lives) and /tmp from the child;
+        the io dir is what it sees. A fresh copy each time (about 10 MB, milliseconds)
+        means a candidate that overwrote its copy cannot affect the next one.
+        """
+        dest = ctx.io_dir / "target"
+        dest.mkdir(parents=True, exist_ok=True)
+        src = self.bundle().folder
+        assert src is not None
+        for name in ("meta.json", "tokenizer.json", "target.safetensors", "tokens.safetensors"):
+            shutil.copyfile(src / name, dest / name)
+        return dest
+
     def _payload(self, ctx: EvalContext, prompts: list[list[int]], sample_prompt: list[int],
                  **extra: Any) -> dict[str, Any]:
         s = self.s
         return {
-            "target_dir": str(self.bundle().folder), "prompts": prompts, "n_new": s["n_new"],
+            "target_dir": str(self._stage_target(ctx)), "prompts": prompts,
+            "n_new": s["n_new"],
             "ks": list(s["ks"]), "repeats": s["repeats"], "seed": ctx.seed % (2**31),
             "train_s": float(s["train_s"]), "max_steps": int(s["max_steps"]),
             "distill_seqs": s["distill_seqs"], "distill_prompt_len": s["distill_prompt_len"],
@@ -182,7 +199,10 @@ class SpeculativeEvaluator(Evaluator):
     def compare(self, cand_dir: Path, base_dir: Path, ctx: EvalContext,
                 repeats: int) -> EvalResult:
         prompts, sample_prompt = self._prompts(ctx.seed)
-        payload = self._payload(ctx, prompts, sample_prompt, base_dir=str(base_dir))
+        base_copy = ctx.io_dir / "baseline"  # the child sees the io dir, maybe not base_dir
+        base_copy.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(base_dir / "draft.py", base_copy / "draft.py")
+        payload = self._payload(ctx, prompts, sample_prompt, base_dir=str(base_copy))
         payload["repeats"] = repeats
         call = ctx.run("evaluators.speculative.child:compare_drafts", payload, workdir=cand_dir)
         failed = result_from_call(call, "compare")

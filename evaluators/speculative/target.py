@@ -113,6 +113,7 @@ def train_target(model: TinyLM, tokens: torch.Tensor, *, steps: int, batch: int,
         losses.append(float(loss.detach()))
         if time.perf_counter() - start > max_s:
             break
+    model.zero_grad(set_to_none=True)
     model.eval()
     return losses, time.perf_counter() - start
 
