@@ -46,6 +46,8 @@ def make_repo(path: Path) -> Path:
     (path / TARGET_REL / "program.py").write_text(SEED)
     (path / TARGET_REL / "target.toml").write_text('name = "topk"\n')
     (path / "serve.py").write_text("print('serving')\n")
+    (path / "src").mkdir()
+    (path / "src" / "engine.py").write_text("ENGINE = 1\n")
     (path / "tool.sh").write_text("#!/bin/sh\n")
     (path / "tool.sh").chmod(0o755)
     git(path, "add", "-A")
@@ -114,7 +116,7 @@ def test_full_cycle_leaves_user_work_alone(repo: Path) -> None:
         assert folder == ws.worktree_path("topk", "c0001") / TARGET_REL
         assert (folder / "program.py").read_text() == "X = 2\n"
         assert (folder / "target.toml").exists()  # the rest of the target folder is there
-        assert not (ws.worktree_path("topk", "c0001") / "serve.py").exists()  # sparse
+        assert not (ws.worktree_path("topk", "c0001") / "src").exists()  # sparse
 
         sha = ws.commit_candidate("topk", "c0001", "candidate c0001\n\nstate: RUNNING")
         branch = ws.candidate_branch("topk", "c0001")
