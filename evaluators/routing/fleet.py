@@ -7,6 +7,18 @@ Settings form (what ``target.toml``'s ``[evaluator]`` holds)::
 
 A request from region ``r`` served in region ``q`` pays the round trip once in its TTFT
 and end-to-end latency (request up, first token down).
+
+Disaggregated serving: ``role = "prefill"`` replicas only prefill, then send the KV cache
+(prompt tokens x the model's KV bytes per token) over their own link of ``kv_link_gb_s``
+GB/s (transfers from one replica queue on its link) to a ``role = "decode"`` replica (or a
+``"both"`` one when the fleet has no decode pool); the first token is counted when the KV
+has arrived. A decode replica that receives a new request prefills it itself.
+
+Client tier: ``tier = "client"`` is one logical replica standing for every client's own
+device: no queue, a request there is served at ``prefill_ms_per_token`` and
+``decode_ms_per_token`` with no round trip (``role = "both"``), or prefilled there and
+its KV uploaded at ``kv_link_gb_s`` (the uplink) to a server decode replica
+(``role = "prefill"``: a client/server split).
 """
 
 from __future__ import annotations
@@ -17,7 +29,10 @@ from typing import Any
 
 from evaluators.routing.hardware import ACCELERATORS, StepModel, step_model
 
-_POOL_KEYS = {"name", "accelerator", "count", "region", "usd_per_hour", "launch_us"}
+_POOL_KEYS = {"name", "accelerator", "count", "region", "usd_per_hour", "launch_us", "role",
+              "kv_link_gb_s", "tier", "prefill_ms_per_token", "decode_ms_per_token"}
+ROLES = ("both", "prefill", "decode")
+CLIENT_KV_CAPACITY = 1 << 40  # a client's device holds its own request: never a KV limit
 
 
 @dataclass(frozen=True)
@@ -26,6 +41,9 @@ class ReplicaSpec:
     pool: str
     region: str
     step: StepModel
+    role: str = "both"  # "prefill" | "decode" | "both"
+    kv_link_gb_s: float = 0.0  # KV hand-off bandwidth of a prefill replica (GB/s)
+    tier: str = "server"  # or "client"
 
     @property
     def accelerator(self) -> str:
@@ -54,6 +72,36 @@ class Fleet:
         """The first ``n`` replicas (pool order): smallest-fleet search shrinks this way."""
         return Fleet(self.replicas[:n], self.rtt_s)
 
+    @property
+    def disaggregated(self) -> bool:
+        return any(r.role == "prefill" or r.tier == "client" for r in self.replicas)
+
+
+def _client_step(pool: Mapping[str, Any], i: int) -> StepModel:
+    for key in ("prefill_ms_per_token", "decode_ms_per_token"):
+        if float(pool.get(key, 0.0)) <= 0:
+            raise ValueError(f"pools[{i}]: a client tier needs {key} > 0")
+    if int(pool.get("count", 1)) != 1:
+        raise ValueError(f"pools[{i}]: a client tier is one logical replica (count = 1)")
+    # The step model's slots are reused: prefill cost per token and decode cost per step.
+    return StepModel(
+        accelerator="client", launch_s=0.0,
+        mem_base_s=float(pool["decode_ms_per_token"]) * 1e-3, mem_per_kv_token_s=0.0,
+        comp_per_token_s=float(pool["prefill_ms_per_token"]) * 1e-3, attn_coef_s=0.0,
+        kv_capacity_tokens=CLIENT_KV_CAPACITY, usd_per_hour=float(pool.get("usd_per_hour", 0.0)),
+    )
+
+
+def _check_roles(replicas: Sequence[ReplicaSpec]) -> None:
+    servers = [r for r in replicas if r.tier == "server"]
+    if not servers:
+        raise ValueError("fleet needs at least one server pool besides a client tier")
+    if any(r.role == "prefill" for r in replicas) and not any(
+        r.role in ("decode", "both") for r in servers
+    ):
+        raise ValueError("a prefill pool needs a server pool with role 'decode' or 'both' "
+                         "to hand its KV to")
+
 
 def build_fleet(
     pools: Sequence[Mapping[str, Any]], rtt_ms: Mapping[str, float] | None = None
@@ -70,6 +118,23 @@ def build_fleet(
             raise ValueError(
                 f"pools[{i}]: unknown key(s) {sorted(unknown)}; allowed {sorted(_POOL_KEYS)}"
             )
+        tier = str(pool.get("tier", "server"))
+        role = str(pool.get("role", "both"))
+        link = float(pool.get("kv_link_gb_s", 0.0))
+        if tier not in ("server", "client"):
+            raise ValueError(f"pools[{i}].tier: {tier!r}; expected 'server' or 'client'")
+        if role not in ROLES:
+            raise ValueError(f"pools[{i}].role: {role!r}; expected one of {ROLES}")
+        if role == "prefill" and link <= 0:
+            raise ValueError(f"pools[{i}]: role 'prefill' needs kv_link_gb_s > 0 (the link "
+                             "its KV cache leaves by)")
+        if tier == "client":
+            if role == "decode":
+                raise ValueError(f"pools[{i}]: a client tier's role is 'both' or 'prefill'")
+            name = str(pool.get("name", f"client-{i}"))
+            replicas.append(ReplicaSpec(len(replicas), name, str(pool.get("region", "local")),
+                                        _client_step(pool, i), role, link, tier))
+            continue
         acc = str(pool.get("accelerator", "H200"))
         if acc not in ACCELERATORS:
             raise ValueError(
@@ -87,7 +152,8 @@ def build_fleet(
         name = str(pool.get("name", f"{acc.lower()}-{i}"))
         region = str(pool.get("region", "local"))
         for _ in range(count):
-            replicas.append(ReplicaSpec(len(replicas), name, region, step))
+            replicas.append(ReplicaSpec(len(replicas), name, region, step, role, link))
+    _check_roles(replicas)
     rtt: dict[tuple[str, str], float] = {}
     for key, ms in (rtt_ms or {}).items():
         a, sep, b = key.partition("-")

@@ -21,6 +21,15 @@ cache's room: hits are slightly optimistic when KV is nearly full.)
 
 The policy is ``route(request, view) -> int``: it sees a :class:`RequestInfo` (no output
 length: a real router does not know it) and a :class:`View` of every replica *now*.
+Optional scheduler :class:`~evaluators.routing.sched.Hooks` replace each replica's FCFS
+admission, full-budget prefill chunk and youngest-first eviction.
+
+Disaggregated fleets (see :mod:`evaluators.routing.fleet`): a prefill-role replica hands a
+request's KV to a decode replica after its prefill; the transfer queues on the prefill
+replica's link and takes KV bytes / bandwidth; the request's first token is counted when
+the KV lands, and the decode replica is the least loaded one at that moment. Replicas
+that prefill are advanced before those that receive, so hand-offs arrive in time order.
+A client tier serves its requests in closed form (no queue).
 """
 
 from __future__ import annotations
@@ -33,16 +42,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from evaluators.routing.fleet import Fleet
-from evaluators.routing.hardware import step_model
+from evaluators.routing.hardware import ModelShape, step_model
+from evaluators.routing.sched import (
+    QUEUE_WINDOW,
+    DecisionError,
+    Hooks,
+    ReplicaState,
+    Running,
+    Waiting,
+)
 from evaluators.routing.workload import Workload
 
 INF = math.inf
 
 
-class DecisionError(ValueError):
-    """The policy returned something that is not a replica index."""
-
-
+__all__ = ["DecisionError", "RequestInfo", "SimConfig", "SimResult", "View", "replay",
+           "simulate"]
 @dataclass(frozen=True)
 class SimConfig:
     token_budget: int = 2048  # tokens per step (vLLM's max_num_batched_tokens for online serving)
@@ -50,6 +65,7 @@ class SimConfig:
     kv_capacity_tokens: int | None = None  # override every replica's KV size (None: hardware)
     prefix_cache: bool = True
     max_queue: int | None = None  # waiting requests per replica before new ones are dropped
+    kv_bytes_per_token: float = ModelShape().kv_bytes_per_token  # for KV hand-offs
 
 
 class RequestInfo:
@@ -98,10 +114,17 @@ class View:
 class _Replica:
     __slots__ = ("m", "cap", "cache_cap", "clock", "S", "heap", "stack", "B", "kv_const",
                  "waiting", "wait_tokens", "head", "reserved", "pf_left", "pf_ctx", "cache",
-                 "busy", "prefill_tokens", "decode_tokens", "preemptions", "max_queue_seen")
+                 "busy", "prefill_tokens", "decode_tokens", "preemptions", "max_queue_seen",
+                 "index", "hands_off", "link_s_per_token", "link_free", "chunk", "accelerator")
 
     def __init__(self, step, cap: int, block_tokens: int):
         self.m = step
+        self.index = 0
+        self.accelerator = step.accelerator
+        self.hands_off = False  # prefill role: KV goes to a decode replica after prefill
+        self.link_s_per_token = 0.0
+        self.link_free = 0.0
+        self.chunk = 1 << 30  # prefill tokens per step of the request in prefill
         self.cap = cap
         self.cache_cap = max(1, cap // block_tokens)
         self.clock = 0.0
@@ -144,17 +167,40 @@ class SimResult:
     queue_area: list[float]  # integral of queue length over time, per replica
     end_s: float
     decision_s: list[float]  # policy wall time per decision (only when timed)
+    transfer_s: list[float] | None = None  # KV hand-off time per request (disaggregated)
 
 
 def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, View], int],
-             config: SimConfig | None = None, *, time_policy: bool = False) -> SimResult:
+             config: SimConfig | None = None, *, time_policy: bool = False,
+             hooks: Hooks | None = None) -> SimResult:
     """Run the whole workload through ``fleet`` with ``route`` choosing replicas; drain."""
     cfg = config or SimConfig()
     bt = workload.block_tokens
     reps = [
-        _Replica(r.step, cfg.kv_capacity_tokens or r.step.kv_capacity_tokens, bt)
+        _Replica(r.step, r.step.kv_capacity_tokens if r.tier == "client"
+                 else cfg.kv_capacity_tokens or r.step.kv_capacity_tokens, bt)
         for r in fleet.replicas
     ]
+    servers = [k for k, r in enumerate(fleet.replicas) if r.tier == "server"]
+    receivers = ([k for k in servers if fleet.replicas[k].role == "decode"]
+                 or [k for k in servers if fleet.replicas[k].role == "both"])
+    clients = {k for k, r in enumerate(fleet.replicas) if r.tier == "client"}
+    for k, (rp, spec) in enumerate(zip(reps, fleet.replicas, strict=True)):
+        rp.index = k
+        if spec.role == "prefill" and receivers:
+            rp.hands_off = True
+            rp.link_s_per_token = cfg.kv_bytes_per_token / (spec.kv_link_gb_s * 1e9)
+    senders = [rp for rp in reps if rp.hands_off and rp.index not in clients]
+    takers = [rp for rp in reps if not rp.hands_off and rp.index not in clients]
+    disagg = fleet.disaggregated
+    pending: list[tuple[float, int, int]] = []  # (KV lands, order, request)
+    kv_ready = [False] * len(workload)
+    transfer = [0.0] * len(workload)
+    sched = hooks.schedule if hooks else None
+    chunker = hooks.chunk_size if hooks else None
+    evictor = hooks.evict if hooks else None
+    log = hooks.log if hooks else None
+    htimes = hooks.times if hooks else None
     n_rep = len(reps)
     N = len(workload)
     prompt, output, blocks = workload.prompt, workload.output, workload.blocks
@@ -173,6 +219,83 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
     rtt = [0.0] * N
     budget, max_seqs, use_cache = cfg.token_budget, cfg.max_seqs, cfg.prefix_cache
     run_seq = 0
+    perf = time.perf_counter
+
+    def state(rp: _Replica) -> ReplicaState:
+        st = ReplicaState()
+        st.now, st.index, st.accelerator = rp.clock, rp.index, rp.accelerator
+        st.running, st.waiting = rp.B, len(rp.waiting)
+        st.queued_tokens = rp.wait_tokens
+        st.kv_capacity = rp.cap
+        st.kv_used = int(rp.kv_const + rp.B * rp.S + rp.reserved)
+        st.token_budget, st.max_seqs = budget, max_seqs
+        return st
+
+    def ask(hook: str, fn: Callable[..., object], *args: object) -> int:
+        if htimes is not None:
+            t0 = perf()
+            out = fn(*args)
+            htimes.append(perf() - t0)
+        else:
+            out = fn(*args)
+        if type(out) is not int:
+            raise DecisionError(f"{hook}() returned {out!r}; it must return an int")
+        if log is not None:
+            log[hook].append(out)
+        return out
+
+    def pick_waiting(rp: _Replica) -> None:
+        """schedule(): move the chosen waiting request to the head of the queue."""
+        window = []
+        for j, rid in enumerate(rp.waiting):
+            if j == QUEUE_WINDOW:
+                break
+            w = Waiting()
+            w.id, w.arrival, w.prompt_tokens = rid, arrival[rid], prompt[rid]
+            w.context_tokens = prompt[rid] + gen[rid]
+            c = 0
+            if use_cache and not kv_ready[rid]:
+                cache = rp.cache
+                for h in blocks[rid]:
+                    if h not in cache:
+                        break
+                    c += bt
+            w.cached_tokens = min(c, prompt[rid])
+            w.preempted, w.waited_s = preempted[rid], rp.clock - arrival[rid]
+            window.append(w)
+        j = ask("schedule", sched, window, state(rp))  # type: ignore[arg-type]
+        if not 0 <= j < len(window):
+            raise DecisionError(f"schedule() returned {j} with {len(window)} requests in view "
+                                f"on replica {rp.index}; it must index the queue it was given")
+        if j:
+            rid = rp.waiting[j]
+            del rp.waiting[j]
+            rp.waiting.appendleft(rid)
+
+    def waiting_info(rp: _Replica, rid: int, hit: int) -> Waiting:
+        w = Waiting()
+        w.id, w.arrival, w.prompt_tokens = rid, arrival[rid], prompt[rid]
+        w.context_tokens, w.cached_tokens = prompt[rid] + gen[rid], min(hit, prompt[rid])
+        w.preempted, w.waited_s = preempted[rid], rp.clock - arrival[rid]
+        return w
+
+    def pick_victim(rp: _Replica) -> tuple[int, int]:
+        """evict(): the running sequence to preempt; the stack keeps only live entries."""
+        live = [(tok, rid) for tok, rid in rp.stack if token[rid] == tok]
+        rp.stack = live
+        running = []
+        for _, rid in live:
+            r = Running()
+            r.id, r.arrival, r.prompt_tokens = rid, arrival[rid], prompt[rid]
+            r.context_tokens = int(contrib[rid] + rp.S)
+            r.generated = gen[rid] + int(rp.S - s_join[rid] + 1e-9)
+            r.preempted = preempted[rid]
+            running.append(r)
+        j = ask("evict", evictor, running, state(rp))  # type: ignore[arg-type]
+        if not 0 <= j < len(live):
+            raise DecisionError(f"evict() returned {j} with {len(live)} running sequences on "
+                                f"replica {rp.index}; it must index the list it was given")
+        return live.pop(j)
 
     def advance(rp: _Replica, t: float) -> None:
         nonlocal run_seq
@@ -212,6 +335,13 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
                 left = output[head] - gen[head]
                 if left <= 0:
                     finish[head] = rp.clock
+                elif rp.hands_off:  # KV leaves by this replica's link, one transfer at a time
+                    start = rp.link_free if rp.link_free > rp.clock else rp.clock
+                    land = start + (prompt[head] + gen[head]) * rp.link_s_per_token
+                    rp.link_free = land
+                    transfer[head] = land - rp.clock
+                    first[head] = land
+                    heapq.heappush(pending, (land, head, head))
                 else:
                     run_seq += 1
                     token[head] = run_seq
@@ -226,12 +356,16 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
             B = rp.B
             kv = rp.kv_const + B * rp.S
             if B and kv + rp.reserved >= rp.cap - 1e-6:  # KV exhausted: preempt the youngest
-                stack = rp.stack
-                while True:
-                    tok, rid = stack.pop()
-                    if token[rid] == tok:
-                        break
+                if evictor is not None and B > 1:
+                    tok, rid = pick_victim(rp)
+                else:
+                    stack = rp.stack
+                    while True:
+                        tok, rid = stack.pop()
+                        if token[rid] == tok:
+                            break
                 token[rid] = -1
+                kv_ready[rid] = False
                 rp.kv_const -= contrib[rid]
                 rp.B -= 1
                 gen[rid] += int(rp.S - s_join[rid] + 1e-9)
@@ -241,14 +375,19 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
                 rp.wait_tokens += prompt[rid]
                 continue
             if head < 0 and rp.waiting and B < max_seqs:  # admit the next prefill
+                if sched is not None and len(rp.waiting) > 1:
+                    pick_waiting(rp)
                 rid = rp.waiting[0]
                 need = prompt[rid] + gen[rid]
                 # vLLM keeps a 1% watermark of free KV so admissions do not thrash
                 if kv + need <= rp.cap - rp.cap // 100 or B == 0:
                     rp.waiting.popleft()
-                    rp.wait_tokens -= prompt[rid]
                     hit = 0
-                    if use_cache:
+                    if kv_ready[rid]:  # handed-off KV: nothing to prefill
+                        hit = need
+                    else:
+                        rp.wait_tokens -= prompt[rid]
+                    if use_cache and not kv_ready[rid]:
                         cache = rp.cache
                         for h in blocks[rid]:
                             if h not in cache:
@@ -261,8 +400,17 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
                     rp.reserved = need
                     rp.pf_left = float(need - hit)
                     rp.pf_ctx = float(hit)
+                    if chunker is not None and rp.pf_left > 0:
+                        req = waiting_info(rp, rid, hit)
+                        c = ask("chunk_size", chunker, req, state(rp))
+                        if not 1 <= c <= budget:
+                            raise DecisionError(f"chunk_size() returned {c}; it must be in "
+                                                f"1..{budget} (the token budget per step)")
+                        rp.chunk = c
             # -- one segment of constant composition -------------------------------------
             C = budget - B if head >= 0 and budget > B else 0
+            if C > rp.chunk:
+                C = rp.chunk
             if B == 0 and C == 0:  # idle
                 if rp.clock < t < INF:
                     rp.clock = t
@@ -313,14 +461,41 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
     queue_area = [0.0] * n_rep
     timings: list[float] = []
     last_t = 0.0
-    perf = time.perf_counter
+
+    def land_until(t: float) -> None:
+        """Hand-offs that land by ``t``, in time order, to the least loaded receiver."""
+        while pending and pending[0][0] <= t:
+            tl, _, rid = heapq.heappop(pending)
+            for rq in takers:
+                advance(rq, tl)
+            k = min(receivers, key=lambda j: (len(reps[j].waiting) + reps[j].B
+                                              + (reps[j].head >= 0), reps[j].kv_const
+                                              + reps[j].B * reps[j].S + reps[j].reserved, j))
+            if decisions[rid] in clients:  # tokens now stream from the server
+                rtt[rid] = fleet.rtt(workload.region[rid], fleet.replicas[k].region)
+            rq = reps[k]
+            kv_ready[rid] = True
+            rq.waiting.append(rid)
+            advance(rq, tl)
+
+    def advance_all(t: float) -> None:
+        if disagg:  # senders first: their hand-offs must reach receivers in time order
+            for rp in senders:
+                advance(rp, t)
+            land_until(t)
+            for rp in takers:
+                advance(rp, t)
+        else:
+            for rp in reps:
+                advance(rp, t)
+
     for i in range(N):
         t = arrival[i]
         dtq = t - last_t
         last_t = t
         for k, rp in enumerate(reps):
             queue_area[k] += len(rp.waiting) * dtq
-            advance(rp, t)
+        advance_all(t)
         reg = workload.region[i]
         rtts = rtt_by_region.get(reg)
         if rtts is None:
@@ -359,6 +534,24 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
         decisions[i] = k
         rp = reps[k]
         rtt[i] = rtts[k]
+        if k in clients:  # the client's own device: no queue, no round trip
+            rtt[i] = 0.0
+            cached[i] = 0
+            done = t + prompt[i] * rp.m.comp_per_token_s
+            rp.prefill_tokens += prompt[i]
+            rp.busy += done - t
+            if fleet.replicas[k].role == "prefill" and receivers and output[i] > 1:
+                up = prompt[i] * cfg.kv_bytes_per_token / (fleet.replicas[k].kv_link_gb_s * 1e9)
+                transfer[i] = up
+                first[i] = done + up
+                gen[i] = 1
+                heapq.heappush(pending, (done + up, i, i))
+            else:
+                first[i] = done
+                finish[i] = done + (output[i] - 1) * rp.m.mem_base_s
+                rp.decode_tokens += output[i] - 1
+                rp.busy += finish[i] - done
+            continue
         if prompt[i] + output[i] > rp.cap or (
             cfg.max_queue is not None and len(rp.waiting) >= cfg.max_queue
         ):
@@ -369,16 +562,15 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
         if len(rp.waiting) > rp.max_queue_seen:
             rp.max_queue_seen = len(rp.waiting)
         advance(rp, t)  # admit now if the replica is idle
-    for rp in reps:
-        advance(rp, INF)
-    end_s = max([rp.clock for rp in reps] + [last_t])
+    advance_all(INF)
+    end_s = max([rp.clock for rp in reps] + [f for f in finish if f == f] + [last_t])
     return SimResult(
         workload=workload, fleet=fleet, decisions=decisions, first_token=first, finish=finish,
         rtt=rtt, cached=[max(c, 0) for c in cached], dropped=dropped, preempted=preempted,
         busy_s=[rp.busy for rp in reps], prefill_tokens=[rp.prefill_tokens for rp in reps],
         decode_tokens=[rp.decode_tokens for rp in reps],
         max_queue=[rp.max_queue_seen for rp in reps], queue_area=queue_area, end_s=end_s,
-        decision_s=timings,
+        decision_s=timings, transfer_s=transfer if disagg else None,
     )
 
 
