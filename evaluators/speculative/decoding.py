@@ -69,7 +69,7 @@ class SpecStats:
 def _choose(logits: torch.Tensor, temperature: float, gen: torch.Generator | None) -> int:
     if temperature <= 0:
         return int(logits.argmax())
-    probs = torch.softmax(logits.double() / temperature, -1)
+    probs = torch.softmax(logits.double().cpu() / temperature, -1)  # generators live on CPU
     return int(torch.multinomial(probs, 1, generator=gen))
 
 
@@ -111,7 +111,7 @@ def speculative_decode(model, draft: Draft, prompt: torch.Tensor, n_new: int, k:
                 raise DraftContractError(f"draft called pick more than k={kk} times")
             tok = _choose(draft_logits.detach(), temperature, generator)
             if temperature > 0:
-                qs.append(torch.softmax(draft_logits.detach().double() / temperature, -1))
+                qs.append(torch.softmax(draft_logits.detach().double().cpu() / temperature, -1))
             chosen.append(tok)
             return tok
 
@@ -134,7 +134,7 @@ def speculative_decode(model, draft: Draft, prompt: torch.Tensor, n_new: int, k:
                 n += 1
             nxt = int(target_tokens[n])
         else:
-            p = torch.softmax(row.double() / temperature, -1)
+            p = torch.softmax(row.double().cpu() / temperature, -1)
             nxt = -1
             while n < n_draft:
                 d = drafted[n]

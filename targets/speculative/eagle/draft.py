@@ -52,7 +52,8 @@ class EagleDraft(Draft):
         super().reset(tokens, feats)
         from evaluators.speculative.model import KVCache
 
-        self.cache = KVCache(1, 1, HEADS, self.max_len, self.d // HEADS)
+        dev = self.inp.weight.device
+        self.cache = KVCache(1, 1, HEADS, self.max_len, self.d // HEADS, device=dev)
         self.n_real = 0
 
     def propose(self, k, pick):
@@ -60,7 +61,8 @@ class EagleDraft(Draft):
         cache.truncate(self.n_real)  # drop positions fed with predicted features
         n_feats = self.feats.shape[0]
         g = self.fuse(self.feats[self.n_real:])[None]
-        toks = torch.tensor([self.tokens[self.n_real + 1 : n_feats + 1]])
+        dev = self.inp.weight.device
+        toks = torch.tensor([self.tokens[self.n_real + 1 : n_feats + 1]], device=dev)
         h = self._step(g, toks, cache)
         cache.length += h.shape[1]
         self.n_real = n_feats
@@ -70,7 +72,7 @@ class EagleDraft(Draft):
             tok = pick(self.head(last)[0, -1])
             out.append(tok)
             if i + 1 < k:
-                h = self._step(last, torch.tensor([[tok]]), cache)
+                h = self._step(last, torch.tensor([[tok]], device=dev), cache)
                 cache.length += 1
         return out
 

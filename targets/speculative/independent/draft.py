@@ -40,14 +40,15 @@ class IndependentDraft(Draft):
         n = min(n, len(self.tokens) - 1)  # always feed the newest token again
         self.cache.truncate(n)
         feed = self.tokens[n:]
-        logits, _ = self.lm(torch.tensor([feed]), self.cache)
+        dev = self.lm.pos.weight.device
+        logits, _ = self.lm(torch.tensor([feed], device=dev), self.cache)
         self.cached = self.tokens[:]
         out: list[int] = []
         for i in range(k):
             tok = pick(logits[0, -1])
             out.append(tok)
             if i + 1 < k:
-                logits, _ = self.lm(torch.tensor([[tok]]), self.cache)
+                logits, _ = self.lm(torch.tensor([[tok]], device=dev), self.cache)
                 self.cached.append(tok)
         return out
 

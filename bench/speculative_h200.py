@@ -1,0 +1,183 @@
+"""Speculative decoding on a GPU: a larger target trained there, every seed draft distilled,
+greedy losslessness checked, speedups measured. Needs only torch (and this repository).
+
+    python bench/speculative_h200.py --out bench/results/speculative-h200.json
+    python bench/speculative_h200.py --smoke --out /tmp/smoke.json      # CPU, seconds
+
+Timings are eager PyTorch at batch 1 (every forward is launch-bound on the GPU, for plain
+and speculative decoding alike); CUDA-graph replay would shrink both the target and the
+draft step and is not measured here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from evaluators.speculative.api import TargetView  # noqa: E402
+from evaluators.speculative.bpe import train_bpe  # noqa: E402
+from evaluators.speculative.checks import expected_speedup, first_divergence  # noqa: E402
+from evaluators.speculative.decoding import (  # noqa: E402
+    SpecStats,
+    plain_decode,
+    speculative_decode,
+)
+from evaluators.speculative.distill import make_data, train_draft  # noqa: E402
+from evaluators.speculative.model import LMConfig, TinyLM  # noqa: E402
+from evaluators.speculative.target import corpus_text, train_target  # noqa: E402
+
+GPU = {"vocab": 2048, "d": 512, "layers": 12, "heads": 8, "chars": 5_000_000, "seq": 256,
+       "batch": 64, "lr": 2e-3, "target_s": 120.0, "draft_s": 20.0, "prompts": 8, "n_new": 128,
+       "distill_seqs": 1024, "ks": [1, 2, 3, 4, 5, 6, 8]}
+SMOKE = {"vocab": 320, "d": 64, "layers": 2, "heads": 2, "chars": 300_000, "seq": 64,
+         "batch": 16, "lr": 1e-2, "target_s": 4.0, "draft_s": 2.0, "prompts": 2, "n_new": 24,
+         "distill_seqs": 64, "ks": [1, 3]}
+
+
+def sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, dev):
+    sync(dev)
+    t0 = time.perf_counter()
+    out = fn()
+    sync(dev)
+    return out, time.perf_counter() - t0
+
+
+def load_draft(name: str):
+    path = ROOT / "targets" / "speculative" / name / "draft.py"
+    spec = importlib.util.spec_from_file_location(f"draft_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--drafts", default="ngram,medusa,independent,eagle")
+    args = ap.parse_args()
+    cfg = SMOKE if args.smoke else GPU
+    dev = torch.device("cuda" if torch.cuda.is_available() and not args.smoke else "cpu")
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 decoding: ties stay rare
+    torch.manual_seed(0)
+    result: dict = {"device": torch.cuda.get_device_name() if dev.type == "cuda" else
+                    platform.processor() or "cpu", "torch": torch.__version__,
+                    "python": platform.python_version(), "config": cfg,
+                    "command": "python bench/speculative_h200.py " + " ".join(sys.argv[1:]),
+                    "timing": "eager PyTorch, batch 1, fp32 decode, wall clock with sync"}
+
+    def save() -> None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1))
+
+    t0 = time.perf_counter()
+    text = corpus_text(cfg["chars"])
+    tok = train_bpe(text, cfg["vocab"])
+    ids = torch.tensor(tok.encode(text), dtype=torch.int64)
+    split = int(len(ids) * 0.9)
+    train, held = ids[:split].to(dev), ids[split:]
+    result["tokenizer_s"] = time.perf_counter() - t0
+    model = TinyLM(LMConfig(cfg["vocab"], cfg["d"], cfg["layers"], cfg["heads"],
+                            max_len=1024)).to(dev)
+    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+        losses, secs = train_target(model, train, steps=10**6, batch=cfg["batch"],
+                                    seq_len=cfg["seq"], lr=cfg["lr"], max_s=cfg["target_s"])
+    for p in model.parameters():
+        p.requires_grad_(False)
+    result["target"] = {"params": sum(p.numel() for p in model.parameters()), "train_s": secs,
+                        "steps": len(losses), "final_loss": statistics.mean(losses[-20:])}
+    print("target", result["target"], flush=True)
+    save()
+
+    gen = torch.Generator().manual_seed(1)
+    starts = torch.randint(0, len(held) - 64, (cfg["prompts"],), generator=gen).tolist()
+    prompts = [held[s : s + 64].to(dev) for s in starts]
+    n_new = cfg["n_new"]
+    with torch.no_grad():
+        plain_decode(model, prompts[0], 8)
+        refs, plain_s = timed(lambda: [plain_decode(model, p, n_new) for p in prompts], dev)
+    n_tok = len(prompts) * n_new
+    result["plain"] = {"tokens": n_tok, "seconds": plain_s, "tokens_per_s": n_tok / plain_s}
+    result["drafts"] = {}
+    for name in args.drafts.split(","):
+        mod = load_draft(name)
+        torch.manual_seed(0)
+        draft = mod.build(TargetView.of(model)).to(dev)
+        rec: dict = {}
+        if draft.trainable:
+            data = make_data(model, train, n_seqs=cfg["distill_seqs"], prompt_len=32, gen_len=96,
+                             feature_layers=tuple(draft.feature_layers), seed=0,
+                             chunk=512 if dev.type == "cuda" else 64)
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+                curve = train_draft(draft, data, lr=mod.LR, batch=getattr(mod, "BATCH", 16) * 4,
+                                    max_s=cfg["draft_s"], max_steps=10**6, seed=0, log_every=50)
+            rec["train_steps"] = curve[-1]["step"]
+            rec["final_loss"] = curve[-1]["loss"]
+            rec["curve"] = curve
+        draft.eval()
+        sweep = {}
+        with torch.no_grad():
+            for k in cfg["ks"]:
+                total = SpecStats(k)
+
+                def run(k=k, total=total, draft=draft):
+                    outs = []
+                    for p in prompts:
+                        out, st = speculative_decode(model, draft, p, n_new, k)
+                        outs.append(out)
+                        total.add(st)
+                    return outs
+
+                outs, secs = timed(run, dev)
+                bad = [i for i, (o, r) in enumerate(zip(outs, refs, strict=True)) if o != r]
+                ties = []
+                for i in bad:
+                    div = first_divergence(model, prompts[i], outs[i], refs[i], 1e-3)
+                    if div is not None:
+                        raise SystemExit(f"{name} k={k}: prompt {i} diverged at {div}")
+                    ties.append(i)
+                alpha = total.acceptance_rate
+                cost = (total.draft_s / max(1, total.drafted)) / (plain_s / n_tok)
+                sweep[k] = {"seconds": secs, "speedup": plain_s / secs,
+                            "mean_accepted_len": total.mean_accepted_len, "acceptance": alpha,
+                            "acceptance_per_position": total.acceptance_per_position(),
+                            "cost_ratio": cost, "expected_speedup": expected_speedup(
+                                alpha, k, cost), "tie_prompts": ties, "lossless": True}
+            best = max(sweep, key=lambda k: sweep[k]["speedup"])
+            reps = []
+            for _ in range(3):  # re-measure the chosen k interleaved with plain decoding
+                _, ps = timed(lambda: [plain_decode(model, p, n_new) for p in prompts], dev)
+                _, ss = timed(lambda d=draft, b=best: [speculative_decode(model, d, p, n_new, b)
+                                                       for p in prompts], dev)
+                reps.append(ps / ss)
+        rec.update({"best_k": best, "speedup": statistics.median(reps), "speedup_repeats": reps,
+                    "sweep": sweep, "params": sum(p.numel() for p in draft.parameters()
+                                                  if p.requires_grad)})
+        result["drafts"][name] = rec
+        print(name, "best k", best, "speedup", rec["speedup"], "accepted",
+              sweep[best]["mean_accepted_len"], flush=True)
+        save()
+    result["total_s"] = time.perf_counter() - t0
+    assert all(math.isfinite(d["speedup"]) for d in result["drafts"].values())
+    save()
+
+
+if __name__ == "__main__":
+    main()
