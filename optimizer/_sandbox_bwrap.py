@@ -142,22 +142,22 @@ def bwrap_argv(
     homes = {"/home", "/root", str(Path.home())}
     for home in sorted(homes, key=len):
         argv += ["--tmpfs", home]
-    for path in SYSTEM_RO:
-        argv += ["--ro-bind-try", path, path]
+    for system in SYSTEM_RO:
+        argv += ["--ro-bind-try", system, system]
     for name in ETC_ALLOW:
         argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     argv += ["--ro-bind-try", "/sys/devices/system/cpu", "/sys/devices/system/cpu"]
-    for path in _nested_order(ro):
-        argv += ["--ro-bind-try", str(path), str(path)]
-    for path in _nested_order(hidden):
-        argv += ["--tmpfs", str(path)]
+    for ro_path in _nested_order(ro):
+        argv += ["--ro-bind-try", str(ro_path), str(ro_path)]
+    for hidden_path in _nested_order(hidden):
+        argv += ["--tmpfs", str(hidden_path)]
     if allow_gpu:
         argv += ["--ro-bind-try", "/sys", "/sys"]
         argv += ["--ro-bind-try", "/proc/driver/nvidia", "/proc/driver/nvidia"]
         for dev in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri/*")):
             argv += ["--dev-bind-try", dev, dev]
-    for path in _nested_order(rw):
-        argv += ["--bind", str(path), str(path)]
+    for rw_path in _nested_order(rw):
+        argv += ["--bind", str(rw_path), str(rw_path)]
     argv += ["--chdir", str(os.path.realpath(chdir)), "--"]
     return argv
 

@@ -233,7 +233,7 @@ class Sandbox:
                 and _under(workdir, self._rw_root)
                 and _under(io, self._rw_root)
             )
-            request = {"entry": entry, "payload": dict(payload), "io_dir": str(io)}
+            request: dict[str, Any] = {"entry": entry, "payload": dict(payload), "io_dir": str(io)}
             request["limits"] = self._limits(timeout)
             request["landlock"] = self.settings.landlock
             request["writable"] = [str(workdir), str(io)]

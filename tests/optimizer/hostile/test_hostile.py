@@ -51,7 +51,7 @@ BWRAP_ONLY = {
 # zygote (where the whole writable root is mounted) it is what protects sibling worktrees.
 LANDLOCK = {"write_state_dir", "write_repo", "write_home", "symlink_escape",
             "tamper_other_candidate"}  # fmt: skip
-TIMEOUTS = {"stdout_flood": 30.0}
+TIMEOUTS = {"stdout_flood": 30.0, "memory_bomb": 15.0}  # slack for a loaded machine
 BEATS = {"setsid_escapee": "escapee.beat", "threads_left": "thread.beat"}
 
 GOOD_PROGRAM = PROGRAMS["env_secrets"].read_text().replace("    _attack()\n", "")
