@@ -66,7 +66,7 @@ GEMM_CONFIGS = [
                              (128, 128, 64, 4, 4), (128, 256, 64, 8, 4), (128, 128, 128, 8, 3),
                              (64, 256, 64, 4, 4), (128, 64, 64, 4, 4)]
 ]
-MAX_GRID = 16
+MAX_GRID = 16  # --grid-max
 
 
 def knobs(source: str) -> dict[str, list]:
@@ -91,8 +91,9 @@ def load_module(path: Path, name: str):
 
 
 class Bench:
-    def __init__(self, out: Path, reps: int, search_reps: int):
+    def __init__(self, out: Path, reps: int, search_reps: int, grid_max: int = MAX_GRID):
         self.out, self.reps, self.search_reps = out, reps, search_reps
+        self.grid_max = grid_max
         self.copy_gbs = timing.copy_bandwidth_gbs()
         self.flusher = timing.L2Flusher("cuda")
         self.tmp = Path(tempfile.mkdtemp(prefix="kbench-"))
@@ -136,7 +137,7 @@ class Bench:
             vsrc = vpath.read_text()
             vk = knobs(vsrc)
             combos = [dict(zip(vk, c, strict=True)) for c in itertools.product(*vk.values())]
-            for values in combos[:MAX_GRID]:
+            for values in combos[:self.grid_max]:
                 sources[f"{vpath.stem}{values}"] = substitute(vsrc, values)
         cases = []
         for wname, args, init in WORKLOADS[target]:
@@ -190,11 +191,11 @@ class Bench:
 
     def _grid(self, target: str, src: str):
         if target == "gemm":
-            yield from GEMM_CONFIGS
+            yield from GEMM_CONFIGS[:self.grid_max]
             return
         k = knobs(src)
         combos = [dict(zip(k, c, strict=True)) for c in itertools.product(*k.values())]
-        yield from combos[:MAX_GRID]
+        yield from combos[:self.grid_max]
 
     def _case(self, ref, args, init, dt, dist, seed):
         case = numerics.make_case(ref, args, init, dist, seed, dt)
@@ -278,13 +279,16 @@ def evaluator_check(target: str) -> None:
     """The engine's own path on this GPU: static check, sandboxed correctness, timing."""
     from evaluators._base import EvalContext
     from evaluators.kernels import KernelEvaluator
-    from optimizer.sandbox import Sandbox
+    from optimizer.sandbox import Sandbox, SandboxSettings
     from optimizer.targets import load_target
 
     spec = load_target(ROOT / "targets" / "kernels" / target, ROOT)
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / "io").mkdir()
-        ctx = EvalContext(Sandbox(), seed=int(time.time()), scratch=Path(d), io_dir=Path(d) / "io",
+        # CUDA reserves far more virtual address space than RLIMIT_AS's 16 GB default allows
+        # ("cudaGetDeviceCount ... out of memory" under it on an H200, 2026-11-29)
+        sandbox = Sandbox(SandboxSettings(memory_mb=1 << 22, timeout_s=300))
+        ctx = EvalContext(sandbox, seed=int(time.time()), scratch=Path(d), io_dir=Path(d) / "io",
                           device="cuda", timeout_s=300)
         t0 = time.perf_counter()
         res = KernelEvaluator(spec).evaluate(spec.path, ctx)
@@ -299,6 +303,7 @@ def main() -> None:
     ap.add_argument("--targets", default=",".join(WORKLOADS))
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--search-reps", type=int, default=25)
+    ap.add_argument("--grid-max", type=int, default=MAX_GRID)
     ap.add_argument("--evaluator", default="",
                     help="also run the sandboxed KernelEvaluator on these targets' seeds")
     args = ap.parse_args()
@@ -306,7 +311,7 @@ def main() -> None:
         sys.exit("needs a CUDA GPU")
     for target in filter(None, args.evaluator.split(",")):
         evaluator_check(target)
-    bench = Bench(args.out, args.reps, args.search_reps)
+    bench = Bench(args.out, args.reps, args.search_reps, args.grid_max)
     for target in args.targets.split(","):
         bench.run_target(target)
         bench.write()
