@@ -73,6 +73,20 @@ def knobs(source: str) -> dict[str, list]:
     return {m["name"]: json.loads("[" + m["choices"] + "]") for m in KNOB.finditer(source)}
 
 
+def near_first(source: str) -> list[dict]:
+    """The knob grid, nearest to the source's own values first (a truncated grid then
+    explores around the hand-picked default instead of one corner)."""
+    k = knobs(source)
+    now = {m["name"]: json.loads(m["value"]) for m in KNOB.finditer(source)}
+
+    def dist(values: dict) -> int:
+        return sum(abs(k[n].index(v) - (k[n].index(now[n]) if now[n] in k[n] else 0))
+                   for n, v in values.items())
+
+    combos = [dict(zip(k, c, strict=True)) for c in itertools.product(*k.values())]
+    return sorted(combos, key=dist)
+
+
 def substitute(source: str, values: dict) -> str:
     def repl(m: re.Match) -> str:
         if m["name"] in values:
@@ -135,9 +149,7 @@ class Bench:
         for vpath in sorted((tdir / "variants").glob("*.py")) if (tdir / "variants").exists() \
                 else []:
             vsrc = vpath.read_text()
-            vk = knobs(vsrc)
-            combos = [dict(zip(vk, c, strict=True)) for c in itertools.product(*vk.values())]
-            for values in combos[:self.grid_max]:
+            for values in near_first(vsrc)[:self.grid_max]:
                 sources[f"{vpath.stem}{values}"] = substitute(vsrc, values)
         cases = []
         for wname, args, init in WORKLOADS[target]:
@@ -193,9 +205,7 @@ class Bench:
         if target == "gemm":
             yield from GEMM_CONFIGS[:self.grid_max]
             return
-        k = knobs(src)
-        combos = [dict(zip(k, c, strict=True)) for c in itertools.product(*k.values())]
-        yield from combos[:self.grid_max]
+        yield from near_first(src)[:self.grid_max]
 
     def _case(self, ref, args, init, dt, dist, seed):
         case = numerics.make_case(ref, args, init, dist, seed, dt)
