@@ -153,7 +153,8 @@ def check(payload: dict, io_dir: Path) -> dict:
             res["problems"] += _storage_problems(torch, out, live_call, earlier, device)
             earlier += [o for o in out if isinstance(o, torch.Tensor)]
             save_file(
-                {str(i): o.detach().to("cpu").contiguous() for i, o in enumerate(out)},
+                {str(i): o.detach().as_subclass(torch.Tensor).to("cpu").contiguous()
+                 for i, o in enumerate(out)},
                 str(io_dir / f"{wid}.out.{call}.safetensors"),
             )
             if call in ("A1", "B"):

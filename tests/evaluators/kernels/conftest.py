@@ -1,0 +1,34 @@
+"""Shared fixtures: a KernelEvaluator for a repository target and a fresh context."""
+
+import random
+from pathlib import Path
+
+import pytest
+
+from evaluators._base import EvalContext
+from evaluators.kernels import KernelEvaluator
+from optimizer.sandbox import Sandbox, SandboxSettings
+from optimizer.targets import load_target
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def kernel_eval(tmp_path):
+    """``run(target, source | None) -> EvalResult`` evaluating a kernel.py on the CPU."""
+
+    def run(target: str, source: str | None = None, seed: int | None = None):
+        spec = load_target(ROOT / "targets" / "kernels" / target, ROOT)
+        cand = spec.path
+        if source is not None:
+            cand = tmp_path / f"cand{random.getrandbits(32)}"
+            cand.mkdir()
+            (cand / "kernel.py").write_text(source)
+        io = tmp_path / f"io{random.getrandbits(32)}"
+        io.mkdir()
+        ctx = EvalContext(Sandbox(SandboxSettings(timeout_s=120)),
+                          seed=random.getrandbits(31) if seed is None else seed,
+                          scratch=tmp_path, io_dir=io, device="cpu", timeout_s=120)
+        return KernelEvaluator(spec).evaluate(cand, ctx)
+
+    return run

@@ -1,0 +1,35 @@
+"""Kernels that game one check each are stopped by that check, with a reason that says so.
+
+Inputs are fresh for every run (random hidden seed), as in the nightly.
+"""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from evaluators.kernels import NO_GPU
+
+_spec = importlib.util.spec_from_file_location(
+    "adversarial_cases", Path(__file__).with_name("adversarial.py"))
+cases = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cases)
+
+
+def test_the_honest_kernel_passes_correctness(kernel_eval):
+    res = kernel_eval("softmax", cases.CORRECT)
+    assert res.state.value == "PRUNED" and res.reason == NO_GPU, res.reason
+    assert "cpu-fp32-7x33" in res.artifacts["validation.md"]
+
+
+@pytest.mark.parametrize("name,state,phrase,source", cases.CASES, ids=[c[0] for c in cases.CASES])
+def test_adversarial_kernel_is_caught(kernel_eval, name, state, phrase, source):
+    res = kernel_eval("softmax", source)
+    assert res.state.value == state, f"{name}: {res.state.value}: {res.reason}"
+    assert phrase.lower() in res.reason.lower(), f"{name}: {res.reason}"
+
+
+def test_there_are_at_least_fifteen_distinct_attacks():
+    assert len({c[0] for c in cases.CASES}) >= 15
+    runtime = [c for c in cases.CASES if c[1] == "INVALID"]
+    assert len(runtime) >= 8  # caught by running, not only by reading the source
