@@ -63,7 +63,8 @@ CASES = [
                                 "s = torch.empty_like(x)\n    _softmax[(x.shape[0],)](x, y, s,"))),
     ("input_mutation", "INVALID", "input 0 was modified",
      _src(kernel=KERNEL.replace("    tl.store(y_ptr", "    tl.store(x_ptr + row * xs + cols, "
-                                "(x + 1).to(x_ptr.dtype.element_ty), mask=mask)\n    tl.store(y_ptr"))),
+                                "(x + 1).to(x_ptr.dtype.element_ty), mask=mask)\n"
+                                "    tl.store(y_ptr"))),
     ("no_max_subtraction", "INVALID", "NaN",
      _src(kernel=KERNEL.replace("e = tl.exp(x - tl.max(x, axis=0))", "e = tl.exp(x)"))),
     ("wrong_axis_scale", "INVALID", "outside atol",
