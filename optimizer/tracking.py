@@ -27,6 +27,7 @@ import logging
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -35,6 +36,7 @@ import sqlalchemy
 from mlflow.entities import Metric, Param, RunStatus, ViewType
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from sqlalchemy.exc import SADeprecationWarning
 
 from optimizer.errors import WorkspaceError
 from optimizer.records import Candidate, CandidateState, EvalResult
@@ -42,6 +44,8 @@ from optimizer.records import Candidate, CandidateState, EvalResult
 REASON_LIMIT = 5000
 _PARAM_LIMIT = 6000  # MLflow rejects longer param values
 _TAG_LIMIT = 8000  # MLflow rejects longer tag values
+_BATCH_PARAMS = 100  # MLflow's limits per log_batch request
+_BATCH_ENTRIES = 1000
 NIGHT_TAG = "optimizer.night"
 PARENT_TAG = "mlflow.parentRunId"
 
@@ -98,11 +102,14 @@ class Tracker:
         self.uri = uri
         self.experiment = experiment
         self.artifact_root = Path(artifact_root).resolve() if artifact_root else None
-        self.client = MlflowClient(tracking_uri=uri)
-        if uri.startswith("sqlite:"):
-            _relax_sqlite(self.client)
         try:
-            self.experiment_id = self._experiment_id()
+            with warnings.catch_warnings():
+                # MLflow's own SQLAlchemy mappings trigger this once per process.
+                warnings.simplefilter("ignore", SADeprecationWarning)
+                self.client = MlflowClient(tracking_uri=uri)
+                if uri.startswith("sqlite:"):
+                    _relax_sqlite(self.client)
+                self.experiment_id = self._experiment_id()
         except MlflowException as exc:
             raise WorkspaceError(
                 f"cannot open MLflow experiment {experiment!r} at {uri}: {exc.message}; check "
@@ -142,10 +149,7 @@ class Tracker:
             run_name=name,
         )
         run_id = str(run.info.run_id)
-        if params:
-            self.client.log_batch(
-                run_id, params=[Param(k, str(v)[:_PARAM_LIMIT]) for k, v in params.items()]
-            )
+        self._log_batch(run_id, params=params)
         return run_id
 
     def find_night(self, name: str) -> str | None:
@@ -166,13 +170,27 @@ class Tracker:
         self.client.set_terminated(run_id, status=status)
 
     def log_night_metrics(self, run_id: str, metrics: Mapping[str, float]) -> None:
-        now = int(time.time() * 1000)
-        self.client.log_batch(
-            run_id, metrics=[Metric(_metric_key(k), float(v), now, 0) for k, v in metrics.items()]
-        )
+        self._log_batch(run_id, metrics=metrics)
 
     def log_artifact_file(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
         self.client.log_artifact(run_id, str(path), artifact_path)
+
+    def _log_batch(
+        self,
+        run_id: str,
+        *,
+        metrics: Mapping[str, float] | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> None:
+        """log_batch within MLflow's per-request limits (100 params, 1000 entries)."""
+        now = int(time.time() * 1000)
+        ms = [Metric(_metric_key(k), float(v), now, 0) for k, v in (metrics or {}).items()]
+        ps = [Param(k, str(v)[:_PARAM_LIMIT]) for k, v in (params or {}).items()]
+        while ms or ps:  # one request in every realistic case
+            take_p, ps = ps[:_BATCH_PARAMS], ps[_BATCH_PARAMS:]
+            room = _BATCH_ENTRIES - len(take_p)
+            take_m, ms = ms[:room], ms[room:]
+            self.client.log_batch(run_id, metrics=take_m, params=take_p)
 
     # -- candidates ----------------------------------------------------------------------
 
@@ -223,12 +241,7 @@ class Tracker:
         values = {**result.metrics, "eval_cost_s": result.cost_s}
         values |= {f"objective.{i}": v for i, v in enumerate(result.objectives)}
         values |= dict(extra_metrics or {})
-        now = int(time.time() * 1000)
-        self.client.log_batch(
-            run_id,
-            metrics=[Metric(_metric_key(k), float(v), now, 0) for k, v in values.items()],
-            params=[Param(k, str(v)[:_PARAM_LIMIT]) for k, v in params.items()],
-        )
+        self._log_batch(run_id, metrics=values, params=params)
 
         texts = {
             "candidate.diff": diff,

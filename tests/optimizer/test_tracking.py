@@ -211,3 +211,22 @@ def test_unreachable_server_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
     with pytest.raises(WorkspaceError, match="cannot open MLflow experiment 'x' at http://"):
         Tracker("http://127.0.0.1:9", "x", None)
+
+
+def test_many_knobs_and_metrics_exceed_one_request(state_dir: Path) -> None:
+    tracker = Tracker.local(state_dir, "batch-test")
+    night = tracker.start_night("n", {f"p{i}": i for i in range(120)}, {})
+    knobs = {f"K{i}": i for i in range(150)}  # MLflow takes at most 100 params per request
+    metrics = {f"m{i}": float(i) for i in range(1200)}  # and 1000 entries
+    run_id = log(
+        tracker,
+        night,
+        candidate("c0001", knobs=knobs),
+        EvalResult(state=CandidateState.VALID, metrics=metrics),
+    )
+    run = tracker.client.get_run(run_id)
+    assert {k: v for k, v in run.data.params.items() if k.startswith("knob.")} == {
+        f"knob.K{i}": str(i) for i in range(150)
+    }
+    assert len(run.data.metrics) == 1200 + 1  # plus eval_cost_s
+    assert len(tracker.client.get_run(night).data.params) == 120
