@@ -14,6 +14,12 @@
     slo    = { ttft_s = 2.0, tpot_s = 0.1 }
     max_decision_ms = 1.0                    # bound on the policy's p99 decision time
     fleet_search = { metric = "ttft_p99_s", max = 2.0 }   # for the min_replicas objective
+    mode   = "router"                        # or "scheduler": policy.py defines the
+                                             # schedule/chunk_size/evict hooks
+    router = "least_outstanding"             # scheduler mode: the fixed (trusted) router,
+                                             # a file of targets/routing/baselines/
+    baselines = "targets/routing/baselines"  # folder of baseline policies ("" = none);
+                                             # scheduler mode: .../baselines/scheduler
 
 Trace paths are relative to the project root; a missing trace is an error that says so.
 Both sides (trusted and sandboxed child) build the same workload from the same settings.
@@ -33,13 +39,48 @@ from evaluators.routing.workload import SyntheticSpec, Workload, load_trace, syn
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _KEYS = {"workload", "held_out", "check_requests", "pools", "rtt_ms", "sim", "slo",
-         "max_decision_ms", "fleet_search"}
+         "max_decision_ms", "fleet_search", "mode", "router", "baselines"}
+MODES = ("router", "scheduler")
+ROUTERS = PROJECT_ROOT / "targets" / "routing" / "baselines"
+DEFAULT_BASELINES = {"router": "targets/routing/baselines",
+                     "scheduler": "targets/routing/baselines/scheduler"}
 
 
 def check_settings(settings: Mapping[str, Any]) -> None:
     unknown = set(settings) - _KEYS
     if unknown:
         raise ValueError(f"[evaluator]: unknown key(s) {sorted(unknown)}; allowed {sorted(_KEYS)}")
+    if mode_of(settings) not in MODES:
+        raise ValueError(f"mode = {settings['mode']!r}; expected one of {MODES}")
+    if mode_of(settings) == "scheduler":
+        router_path(settings)
+    baselines_dir(settings)
+
+
+def mode_of(settings: Mapping[str, Any]) -> str:
+    return str(settings.get("mode", "router"))
+
+
+def router_path(settings: Mapping[str, Any]) -> Path:
+    """The trusted router of scheduler mode (a baseline policy file)."""
+    name = str(settings.get("router", "least_outstanding"))
+    path = ROUTERS / f"{name}.py"
+    if not path.is_file():
+        known = sorted(p.stem for p in ROUTERS.glob("*.py"))
+        raise ValueError(f"router = {name!r}: no such baseline router; known {known}")
+    return path
+
+
+def baselines_dir(settings: Mapping[str, Any]) -> Path | None:
+    """The folder of baseline policies to report against; None when switched off."""
+    raw = str(settings.get("baselines", DEFAULT_BASELINES[mode_of(settings)]))
+    if not raw:
+        return None
+    path = Path(raw) if Path(raw).is_absolute() else PROJECT_ROOT / raw
+    if not path.is_dir():
+        raise ValueError(f"baselines = {raw!r}: not a folder (a folder of policy files, or '' "
+                         "for none)")
+    return path
 
 
 def _table(cls: type, raw: Mapping[str, Any], where: str) -> Any:
