@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import shutil
 import subprocess
 from pathlib import Path
@@ -282,3 +283,28 @@ def test_push_to_a_remote(ws: Workspace, repo: Path, tmp_path: Path) -> None:
     assert git(remote, "rev-parse", branch) == new
     with pytest.raises(WorkspaceError, match="git push to 'nowhere' failed"):
         ws.push("nowhere", [branch])
+
+
+def _worker(repo: str, first: int) -> list[str]:
+    with Workspace(Path(repo), experiment="nightly", state_dir=Path(repo) / ".optimizer") as ws:
+        shas = []
+        for n in range(first, first + 4):
+            cid = ws.cid(n)
+            ws.create_worktree(TARGET_REL, "topk", cid, {"program.py": f"X = {n}\n"})
+            ws.commit_candidate("topk", cid, f"{cid} RUNNING")
+            shas.append(ws.annotate("topk", cid, f"{cid} VALID"))
+            ws.remove_worktree("topk", cid)
+        return shas
+
+
+def test_parallel_workers_share_one_repository(repo: Path) -> None:
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        results = pool.starmap(_worker, [(str(repo), 1), (str(repo), 5)])
+    with Workspace(repo, experiment="nightly", state_dir=repo / ".optimizer") as ws:
+        assert ws.candidate_ids("topk") == [ws.cid(n) for n in range(1, 9)]
+        tips = [git(repo, "rev-parse", ws.candidate_branch("topk", ws.cid(n))) for n in range(1, 9)]
+        assert tips == results[0] + results[1]
+        for n in range(1, 9):
+            files = ws.read_files("topk", ws.cid(n), TARGET_REL, ["program.py"])
+            assert files == {"program.py": f"X = {n}\n"}
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
