@@ -1,0 +1,106 @@
+"""Floating-point validation: the checks fail the answers they exist to fail."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from evaluators import numerics, timing
+from evaluators.numerics import DEFAULT_TOLERANCES as TOL
+
+
+def _softmax_ref(rows, cols, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, cols, generator=g, dtype=torch.float64)
+    return torch.softmax(x, -1)
+
+
+@settings(max_examples=20, deadline=None)
+@given(rows=st.integers(1, 8), cols=st.integers(1024, 8192), seed=st.integers(0, 2**31 - 1))
+def test_all_zeros_softmax_fails_although_every_element_is_tiny(rows, cols, seed):
+    ref = _softmax_ref(rows, cols, seed)
+    zeros = torch.zeros(rows, cols, dtype=torch.bfloat16)
+    # an absolute per-element bound of 5e-2 alone would pass this
+    assert float((zeros.double() - ref).abs().max()) < 5e-2
+    v = numerics.compare(zeros, ref, TOL["bfloat16"])
+    assert not v.ok and "relative norm error" in v.reason and v.norm_err == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_correct_rounding_passes_at_every_dtype(dtype):
+    ref = _softmax_ref(16, 1000, 3) * 7 - 0.003
+    out = ref.to(numerics.torch_dtype(dtype))
+    v = numerics.compare(out, ref, TOL[dtype])
+    assert v.ok, v.reason
+
+
+def test_nan_where_reference_is_finite_names_unwritten_memory():
+    ref = _softmax_ref(4, 64, 1)
+    out = ref.float().clone()
+    out[2, 5:] = float("nan")
+    v = numerics.compare(out, ref, TOL["float32"])
+    assert not v.ok and "never written" in v.reason and "(2, 5)" in v.reason
+
+
+def test_float32_downcast_is_named():
+    ref = _softmax_ref(8, 512, 2)
+    out = ref.to(torch.bfloat16).float()
+    v = numerics.compare(out, ref, TOL["float32"], allow_downcast=False, out_dtype="float32")
+    assert not v.ok and "downcast" in v.reason
+    allowed = numerics.compare(out, ref, TOL["float32"], allow_downcast=True,
+                               out_dtype="float32")
+    assert "downcast" not in allowed.reason
+
+
+def test_shape_and_inf_mismatch():
+    ref = torch.ones(3, 4, dtype=torch.float64)
+    assert "shape" in numerics.compare(torch.ones(4, 3), ref, TOL["float32"]).reason
+    bad = torch.ones(3, 4)
+    bad[0, 0] = float("inf")
+    assert "Inf" in numerics.compare(bad, ref, TOL["float32"]).reason
+
+
+def test_bitwise_equal_sees_one_ulp_and_accepts_equal_nans():
+    a = torch.tensor([1.0, float("nan")])
+    assert numerics.bitwise_equal(a, a.clone())
+    b = a.clone()
+    b[0] = torch.nextafter(torch.tensor(1.0), torch.tensor(2.0))
+    assert not numerics.bitwise_equal(a, b)
+    assert not numerics.bitwise_equal(a, a.double())
+
+
+@pytest.mark.parametrize("dist", numerics.DISTRIBUTIONS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_distributions_are_fresh_and_never_zero(dist, dtype):
+    g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)
+    a = numerics.draw((17, 33), dtype, dist, g1)
+    b = numerics.draw((17, 33), dtype, dist, g2)
+    assert a.dtype == dtype and bool((a != 0).any())
+    assert not torch.equal(a, b)
+    if dist == "neginf_mask":
+        assert bool(torch.isinf(a).any()) and bool(torch.isfinite(a).any(dim=-1).all())
+    else:
+        assert bool(torch.isfinite(a).all())
+
+
+def test_tolerance_overrides_keep_dtype_defaults():
+    tols = numerics.tolerances_from_config({"tolerances": {"bfloat16": {"norm": 1e-2}}})
+    assert tols["bfloat16"].norm == 1e-2 and tols["bfloat16"].rtol == TOL["bfloat16"].rtol
+    with pytest.raises(ValueError, match="unknown dtype"):
+        numerics.tolerances_from_config({"tolerances": {"fp8": {}}})
+
+
+def test_implausible_times_are_named():
+    copy = 4000.0  # GB/s
+    nbytes = 512 * 2**20  # 0.134 ms at copy bandwidth
+    fast = timing.Samples((0.05,) * 10, (0.1,) * 10)
+    assert "below the memory floor" in timing.implausible(fast, nbytes, copy)
+    side = timing.Samples((0.15,) * 10, (1.2,) * 10)
+    assert "side stream" in timing.implausible(side, nbytes, copy)
+    honest = timing.Samples((0.14,) * 10, (0.19,) * 10)
+    assert timing.implausible(honest, nbytes, copy) is None
+    s = timing.summary(honest, nbytes, copy)
+    assert s["frac_copy_bw"] == pytest.approx(nbytes / 0.14e-3 / 1e9 / copy)
+    assert math.isclose(s["ms"], 0.14)
