@@ -87,6 +87,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("-e", "--experiment", type=Path, default=DEFAULT_EXPERIMENT)
     ev.add_argument("--json", action="store_true")
+    ev.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a target.toml setting, e.g. timeout_s=10 or evaluator.repeats=3",
+    )
     ev.set_defaults(func=cmd_evaluate)
 
     for name, func, help_ in (
@@ -196,7 +204,19 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                 f"(no experiment file {args.experiment})"
             )
         folder = load_experiment(args.experiment, workspace=workspace).target(args.target).spec.path
-    target = load_target(folder.resolve(), folder.resolve().parent)
+    from optimizer.config import parse_value
+
+    overrides: dict[str, object] = {}
+    for item in args.overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        node = overrides
+        *parents, last = key.strip().split(".")
+        for part in parents:
+            node = node.setdefault(part, {})  # type: ignore[assignment]
+        node[last] = parse_value(text.strip())
+    target = load_target(folder.resolve(), folder.resolve().parent, overrides)
     replacements = _match_files(target.editable, args.files)
     evaluator = evaluators.get(target.kind)(target)
     with tempfile.TemporaryDirectory(prefix="optimizer-eval-") as tmp:

@@ -676,6 +676,7 @@ def _make_sandbox(config: ExperimentConfig, target: TargetSpec, evaluator: Evalu
         "state_dir": config.state_dir,
         "rw_root": config.state_dir / "worktrees",
         "preload": tuple(type(evaluator).preload),
+        "extra_ro": (target.path,),  # the trusted target folder (evaluate.py, reference)
         "allow_gpu": target.kind in ("kernel", "speculative"),
     }
     fields = {f.name for f in dataclasses.fields(SandboxSettings)}
