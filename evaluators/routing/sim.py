@@ -337,7 +337,7 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
                     finish[head] = rp.clock
                 elif rp.hands_off:  # KV leaves by this replica's link, one transfer at a time
                     start = rp.link_free if rp.link_free > rp.clock else rp.clock
-                    land = start + (prompt[head] + gen[head]) * rp.link_s_per_token
+                    land = start + (prompt[head] + gen[head] - 1) * rp.link_s_per_token
                     rp.link_free = land
                     transfer[head] = land - rp.clock
                     first[head] = land
