@@ -1,0 +1,163 @@
+"""Turn a KernelBench problem file into a kernel target folder.
+
+A KernelBench problem defines ``Model`` (the reference), ``get_inputs()`` and
+``get_init_inputs()``. ``import_kernelbench`` writes::
+
+    <dest_dir>/<name>/reference.py   the problem file, unchanged (trusted)
+    <dest_dir>/<name>/target.toml    kind "kernel", one GPU workload (the problem's own
+                                     inputs), a CPU workload when the inputs are small enough
+                                     for the Triton interpreter, default tolerances
+    <dest_dir>/<name>/kernel.py      a STARTING POINT: the reference's ops renamed ModelNew,
+                                     inside an EVOLVE-BLOCK. The static check rejects it
+                                     (torch compute, no Triton kernel) until it is rewritten
+                                     in Triton: a generic valid Triton seed cannot be derived
+                                     from arbitrary torch code.
+
+The problem file is executed once (to call ``get_inputs``) in this process: import only
+problem files you would run yourself.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+from optimizer.errors import ConfigError
+
+# under TRITON_INTERPRET=1 a kernel runs ~400x slower than torch on the CPU; 64k elements
+# keep one CPU check of a simple op within a few seconds
+CPU_MAX_ELEMENTS = 1 << 16
+
+SEED_HEADER = '''"""STARTING POINT imported from KernelBench problem {problem!r}: NOT yet a kernel.
+
+ModelNew below is the reference's own torch code. The static check rejects it (torch compute
+in the forward path, no @triton.jit kernel) until the work is rewritten as Triton kernels
+with the same constructor and forward signature.
+"""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+'''
+
+
+def _safe_name(text: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_-]+", "_", text).strip("_-").lower()
+    return name or "kernelbench"
+
+
+def _load(problem_file: Path):
+    spec = importlib.util.spec_from_file_location(f"_kb_{abs(hash(problem_file))}",
+                                                  problem_file)
+    if spec is None or spec.loader is None:
+        raise ConfigError("cannot import the problem file", file=str(problem_file))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    for attr in ("Model", "get_inputs", "get_init_inputs"):
+        if not hasattr(mod, attr):
+            raise ConfigError(f"a KernelBench problem defines Model, get_inputs and "
+                              f"get_init_inputs; '{attr}' is missing", file=str(problem_file))
+    return mod
+
+
+def _seed_source(source: str, problem: str) -> str:
+    """The problem's module body minus imports and the input functions, Model -> ModelNew."""
+    tree = ast.parse(source)
+    keep = []
+    for node in tree.body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        if isinstance(node, ast.FunctionDef) and node.name in ("get_inputs", "get_init_inputs"):
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # the module docstring
+        keep.append(ast.get_source_segment(source, node) or "")
+    body = "\n\n\n".join(keep)
+    body = re.sub(r"\bModel\b", "ModelNew", body)
+    extra_imports = [
+        ast.get_source_segment(source, n) or ""
+        for n in tree.body
+        if isinstance(n, ast.Import | ast.ImportFrom)
+        and ast.get_source_segment(source, n) not in ("import torch", "import torch.nn as nn")
+    ]
+    head = SEED_HEADER.format(problem=problem)
+    if extra_imports:
+        head += "\n".join(extra_imports) + "\n\n"
+    return head + "# EVOLVE-BLOCK-START\n" + body + "\n# EVOLVE-BLOCK-END\n"
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))  # a JSON string is a valid TOML basic string
+
+
+def import_kernelbench(problem_file: Path, dest_dir: Path, name: str | None = None) -> Path:
+    """Create ``dest_dir/<name>/`` from a KernelBench problem; returns the new folder."""
+    import torch
+
+    problem_file = Path(problem_file)
+    source = problem_file.read_text()
+    mod = _load(problem_file)
+    name = _safe_name(name or problem_file.stem)
+    folder = Path(dest_dir) / name
+    if folder.exists():
+        raise ConfigError(f"{folder} exists already; pass another name or remove it")
+    inputs = list(mod.get_inputs())
+    init = list(mod.get_init_inputs())
+    if not all(isinstance(v, bool | int | float | str) for v in init):
+        raise ConfigError("get_init_inputs() must return numbers or strings to be written "
+                          "into target.toml", file=str(problem_file))
+    shapes = []
+    elements = 0
+    float_dtypes = set()
+    for t in inputs:
+        if isinstance(t, torch.Tensor):
+            shapes.append(f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}")
+            elements += t.numel()
+            if t.is_floating_point():
+                float_dtypes.add(str(t.dtype).removeprefix("torch."))
+        else:
+            shapes.append(repr(t))
+    doc = (ast.get_docstring(ast.parse(source)) or "").strip()
+    description = (doc + "\n" if doc else "") + (
+        f"Imported from KernelBench problem {problem_file.name}; inputs: {'; '.join(shapes)}."
+    )
+    workloads = [("kernelbench", "cuda")]
+    if elements <= CPU_MAX_ELEMENTS:
+        workloads.append(("kernelbench-cpu", "cpu"))
+    lines = [
+        f'name = "{name}"',
+        'kind = "kernel"',
+        f"description = {_toml_value(description)}",
+        'editable = ["kernel.py"]',
+        'objectives = [{ metric = "time_ms", direction = "minimize" }]',
+        'noise = "timing"',
+        "min_gain = 0.03",
+        "timeout_s = 300",
+        "",
+        "[evaluator]",
+        "# large offsets and masks are left out: they are not valid for every problem",
+        'distributions = ["normal", "uniform", "wide", "negative"]',
+    ]
+    for wname, device in workloads:
+        lines += ["", "[[evaluator.workloads]]", f'name = "{wname}"', f'device = "{device}"',
+                  "args = {}", f"init = {_toml_value(init)}"]
+        if float_dtypes == {"bfloat16"} and device == "cpu":
+            lines.append('skip = "bf16 inputs: checked natively on the GPU"')
+    folder.mkdir(parents=True)
+    (folder / "reference.py").write_text(source)
+    (folder / "target.toml").write_text("\n".join(lines) + "\n")
+    (folder / "kernel.py").write_text(_seed_source(source, problem_file.name))
+    return folder

@@ -1,0 +1,106 @@
+"""KernelBench import: a problem file becomes a loadable kernel target whose seed is marked
+as a starting point, and a Triton rewrite of it passes the CPU checks."""
+
+import random
+import textwrap
+
+import pytest
+
+from evaluators._base import EvalContext
+from evaluators.kernels import NO_GPU, KernelEvaluator
+from optimizer.errors import ConfigError
+from optimizer.kernelbench import import_kernelbench
+from optimizer.sandbox import Sandbox
+from optimizer.targets import load_target
+
+PROBLEM = textwrap.dedent('''
+    """Scaled ReLU with a learned scalar offset."""
+    import torch
+    import torch.nn as nn
+
+
+    class Model(nn.Module):
+        def __init__(self, scale: float):
+            super().__init__()
+            self.scale = scale
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(x) * self.scale
+
+
+    batch_size = 16
+    dim = 1000
+
+
+    def get_inputs():
+        return [torch.randn(batch_size, dim)]
+
+
+    def get_init_inputs():
+        return [1.5]
+''')
+
+TRITON_REWRITE = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def _relu_scale(x_ptr, y_ptr, n, scale, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs, mask=offs < n)
+        tl.store(y_ptr + offs, tl.maximum(x, 0.0) * scale, mask=offs < n)
+
+
+    class ModelNew(nn.Module):
+        def __init__(self, scale: float):
+            super().__init__()
+            self.scale = scale
+
+        def forward(self, x):
+            y = torch.empty_like(x)
+            _relu_scale[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), self.scale,
+                                                         BLOCK=1024)
+            return y
+''')
+
+
+def test_import_makes_a_target_whose_seed_is_a_marked_starting_point(tmp_path):
+    problem = tmp_path / "19_ReLU_scaled.py"
+    problem.write_text(PROBLEM)
+    folder = import_kernelbench(problem, tmp_path / "targets")
+    assert folder.name == "19_relu_scaled"
+    assert (folder / "reference.py").read_text() == PROBLEM
+    spec = load_target(folder, tmp_path)
+    assert spec.kind == "kernel" and "(16, 1000) float32" in spec.description
+    ev = KernelEvaluator(spec)
+    assert [(w.device, w.init) for w in ev.config.workloads] == [("cuda", (1.5,)),
+                                                                  ("cpu", (1.5,))]
+    seed = (folder / "kernel.py").read_text()
+    assert "STARTING POINT" in seed and "class ModelNew" in seed and "EVOLVE-BLOCK-START" in seed
+    res = ev.static_check(folder)
+    assert res.state.value == "REJECTED" and "torch" in res.reason
+    with pytest.raises(ConfigError, match="exists"):
+        import_kernelbench(problem, tmp_path / "targets")
+
+
+def test_a_triton_rewrite_of_an_imported_problem_passes(tmp_path):
+    problem = tmp_path / "relu.py"
+    problem.write_text(PROBLEM)
+    folder = import_kernelbench(problem, tmp_path / "targets", name="relu")
+    (folder / "kernel.py").write_text(TRITON_REWRITE)
+    spec = load_target(folder, tmp_path)
+    io = tmp_path / "io"
+    io.mkdir()
+    ctx = EvalContext(Sandbox(), seed=random.getrandbits(31), scratch=tmp_path, io_dir=io)
+    res = KernelEvaluator(spec).evaluate(folder, ctx)
+    assert res.state.value == "PRUNED" and res.reason == NO_GPU, res.reason
+
+
+def test_a_file_without_the_kernelbench_functions_is_refused(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import torch\nclass Model(torch.nn.Module):\n    pass\n")
+    with pytest.raises(ConfigError, match="get_inputs"):
+        import_kernelbench(bad, tmp_path / "out")
