@@ -142,17 +142,21 @@ class Ledger:
             return self._night.usd
 
     def estimate_next_usd(self, target: str | None = None) -> float:
-        """A cautious estimate of the next call: the dearest of the recent calls.
+        """A cautious estimate of the next call: the dearest recent call plus recent growth.
 
         Recent calls of ``target`` if there are any, else of any target; before the first
-        call, ``first_call_usd`` or a 12k-in/4k-out call at the configured prices.
+        call, ``first_call_usd`` or a 12k-in/4k-out call at the configured prices. Prompts
+        grow within a feedback epoch (the log is append-only), so the next call can cost
+        more than any before it: the largest rise between successive calls of ``target``
+        is added.
         """
         with self._lock:
             recent = self._recent.get(target or "", [])
+            rises = [b - a for a, b in zip(recent, recent[1:], strict=False)]
             if not recent:
                 recent = [x for values in self._recent.values() for x in values[-self._window :]]
             if recent:
-                return max(recent)
+                return max(recent) + max([0.0, *rises])
         if self._first_call_usd is not None:
             return self._first_call_usd
         return self._prices.usd(_FIRST_PROMPT_TOKENS, 0, _FIRST_COMPLETION_TOKENS)
