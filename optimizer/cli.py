@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -327,13 +328,38 @@ def cmd_ui(args: argparse.Namespace) -> int:
     print(
         f"MLflow UI on http://{args.host}:{args.port} (experiment '{config.name}'); Ctrl-C stops it"
     )
+    # MLflow's server forks uvicorn workers and job consumers: run it in a session of its
+    # own and stop that whole process group when we are stopped (Ctrl-C, SIGTERM, SIGHUP).
     proc = subprocess.Popen(cmd, start_new_session=True)
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
     try:
         return proc.wait()
     except KeyboardInterrupt:
-        os.killpg(proc.pid, 15)
-        proc.wait()
+        _stop_group(proc)
         return 0
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            continue
+        # the leader exited; give its children the same signal in case they linger
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return
 
 
 def cmd_import_kernelbench(args: argparse.Namespace) -> int:

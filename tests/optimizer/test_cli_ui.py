@@ -85,3 +85,19 @@ def test_ui_serves_the_nights_runs(
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
+    # nothing of the server is left running (its workers live in a session of their own)
+    store = str(toy_repo / ".optimizer" / "mlflow.db")
+    deadline = time.monotonic() + 20
+    while True:
+        left = [p for p in Path("/proc").glob("[0-9]*") if _cmdline_has(p, store)]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert not left, f"{len(left)} MLflow server process(es) left running"
+
+
+def _cmdline_has(proc_dir: Path, needle: str) -> bool:
+    try:
+        return needle in (proc_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return False
