@@ -53,3 +53,59 @@ def test_cache_aware_baselines_hit_more_than_round_robin(small):
            for p in BASELINES}
     for name in ("sglang_cache_aware", "llmd_weighted", "preble", "dynamo_kv"):
         assert hit[name] > hit["round_robin"]
+
+
+SCHEDULERS = sorted((ROOT / "targets/routing/baselines/scheduler").glob("*.py"))
+
+
+def test_scheduler_target_loads_with_knobs_inside_the_evolve_block():
+    spec = load_target(ROOT / "targets/routing/scheduler", ROOT)
+    assert spec.kind == "routing" and spec.noise == "deterministic"
+    assert spec.evaluator["mode"] == "scheduler" and "held_out" in spec.evaluator
+    source = (spec.path / "policy.py").read_text()
+    (start, end), = evolve_regions(source)
+    found = knobs.parse_knobs(source)
+    assert {k.name for k in found} >= {"CHUNK", "AGE_WEIGHT", "EVICT"}
+    lines = source.splitlines(keepends=True)
+    assert all(start <= sum(len(x) for x in lines[: k.line - 1]) < end for k in found)
+
+
+@pytest.fixture(scope="module")
+def scheduler_run():
+    from evaluators.routing.baselines import runner
+    from evaluators.routing.config import build_sim_config, router_path
+
+    settings = load_target(ROOT / "targets/routing/scheduler", ROOT).evaluator
+    workload = build_workload(settings["workload"]).head(800)
+    return runner("scheduler", workload, build_fleet_from(settings),
+                  build_sim_config(settings), router_path(settings))
+
+
+def test_scheduler_seed_is_first_come_first_served(scheduler_run):
+    seed = scheduler_run(ROOT / "targets/routing/scheduler/policy.py")
+    fcfs = scheduler_run(ROOT / "targets/routing/baselines/scheduler/fcfs.py")
+    assert seed.first_token == fcfs.first_token and seed.finish == fcfs.finish
+
+
+@pytest.mark.parametrize("path", SCHEDULERS, ids=[p.stem for p in SCHEDULERS])
+def test_every_scheduler_baseline_runs_deterministically(path, scheduler_run):
+    a, b = scheduler_run(path), scheduler_run(path)
+    assert a.finish == b.finish and not any(a.dropped)
+
+
+def test_best_baseline_of_the_nightly_target_costs_under_10_s():
+    import time
+
+    from evaluators.routing.baselines import best_baseline, runner
+    from evaluators.routing.config import build_sim_config, build_slo, held_out_settings
+
+    settings = load_target(ROOT / "targets/routing/global", ROOT).evaluator
+    fleet, cfg = build_fleet_from(settings), build_sim_config(settings)
+    start = time.perf_counter()
+    for raw in (settings["workload"], held_out_settings(settings)):
+        report = best_baseline(ROOT / "targets/routing/baselines",
+                               runner("router", build_workload(raw), fleet, cfg),
+                               build_slo(settings), "ttft_p99_s", True)
+        assert report is not None and len(report.metrics) == len(BASELINES)
+        assert report.best == "llmd_weighted"
+    assert time.perf_counter() - start < 10.0
