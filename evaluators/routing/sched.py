@@ -98,7 +98,7 @@ class Hooks:
             raise AttributeError(
                 f"scheduler policy must define {', '.join(HOOKS)}; missing {', '.join(missing)}"
             )
-        return cls(**found, **kwargs)
+        return cls(found["schedule"], found["chunk_size"], found["evict"], **kwargs)
 
     def leftovers(self) -> str:
         """Non-empty when a replayed log had answers nobody asked for."""
