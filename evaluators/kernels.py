@@ -162,7 +162,10 @@ class KernelEvaluator(Evaluator):
         reference = load_reference(self.target.path)
         rng = random.Random(ctx.seed)
         report: list[str] = [f"# validation ({device}, {len(self.config.workloads)} workloads)"]
-        jobs, cases, refs, metas = [], {}, {}, {}
+        jobs: list[dict[str, Any]] = []
+        cases: dict[tuple[str, str], numerics.Case] = {}
+        refs: dict[tuple[str, str], list[Any]] = {}
+        metas: dict[str, list[Any]] = {}
         for i, w in enumerate(self.config.workloads):
             if w.device != device:
                 continue
@@ -207,7 +210,7 @@ class KernelEvaluator(Evaluator):
         metrics: dict[str, float] = {}
         by_id = {r["id"]: r for r in call.response.get("workloads", [])}
         for job in jobs:
-            wid, name = job["id"], job["name"]
+            wid, name = str(job["id"]), str(job["name"])
             res = by_id.get(wid)
             if res is None:
                 return self._invalid(f"{name}: no result", report)
@@ -261,7 +264,7 @@ class KernelEvaluator(Evaluator):
 
     # -- stage 3 ---------------------------------------------------------------------
     def _timing_payload(self, ctx: EvalContext, baseline: Path | None, blocks: int) -> dict:
-        reference = None
+        reference: Any = None
         jobs = []
         for i, w in enumerate(self.config.workloads):
             if w.device != "cuda" or w.skip:
@@ -335,7 +338,7 @@ class KernelEvaluator(Evaluator):
             return failed
         cand, base = [], []
         for b in range(max(1, repeats)):
-            meds = {"candidate": [], "baseline": []}
+            meds: dict[str, list[float]] = {"candidate": [], "baseline": []}
             for w in resp["workloads"]:
                 for impl in meds:
                     meds[impl].append(statistics.median(w["blocks"][b][impl]["event_ms"]))

@@ -94,7 +94,7 @@ def time_interleaved(
         for _ in range(warmup):
             fn()
     torch.cuda.synchronize()
-    events: dict[str, list[tuple[Any, Any]]] = {k: [] for k in fns}
+    events: dict[str, list[tuple[Any, Any, Any]]] = {k: [] for k in fns}
     walls: dict[str, list[float]] = {k: [] for k in fns}
     names = list(fns)
     for i in range(reps):
