@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import tempfile
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
