@@ -31,6 +31,7 @@ import json
 import math
 import platform
 import random
+import re
 import statistics
 import sys
 from dataclasses import dataclass
@@ -82,6 +83,10 @@ def all_targets(root: Path = ROOT) -> list[TargetSpec]:
     ]
 
 
+_MARK = re.compile(r"(  # c\d{4}: changed| \[c\d{4}\])$")
+_ADDED = re.compile(r"# c\d{4}: a new step goes here")
+
+
 def _mutate(files: dict[str, str], cid: str, rng: random.Random) -> dict[str, str]:
     """Edit 1-6 consecutive lines inside one EVOLVE-BLOCK, as a model's answer would."""
     path = rng.choice(sorted(files))
@@ -103,11 +108,18 @@ def _mutate(files: dict[str, str], cid: str, rng: random.Random) -> dict[str, st
     size = rng.randint(8, 24) if rng.random() < 0.15 else rng.randint(1, 6)
     span = [i for i in inside if first <= i < first + size]
     new = list(lines)
-    for i in span:  # comments only, so that the code still parses and knobs still read
-        body = lines[i].rstrip("\n")
+    # Comments only, so that the code still parses and the knobs still read; an earlier
+    # simulated change on the same line is replaced, not added to, so that files keep their
+    # size over generations as real rewrites do.
+    for i in span:
+        body = _MARK.sub("", lines[i].rstrip("\n"))
         indent = body[: len(body) - len(body.lstrip())]
-        if "#" in body:
-            new[i] = f"{indent}# {cid}: the line below changed\n{lines[i]}"
+        if _ADDED.fullmatch(body.strip()):
+            new[i] = ""  # a line an ancestor added is taken out again
+        elif "knob:" in body:
+            continue  # declarations stay readable (the search changes their values anyway)
+        elif "#" in body:
+            new[i] = f"{body} [{cid}]\n"
         else:
             new[i] = f"{body}  # {cid}: changed\n"
     if rng.random() < 0.4:  # an inserted line or two

@@ -64,7 +64,7 @@ class LLMSettings:
     retry_base_s: float = 1.0  # first backoff; doubles per retry, with jitter
     retry_max_s: float = 60.0  # cap on one wait, Retry-After included
     # Most recent candidates shown: between max_feedback/2 + 1 and max_feedback (epochs of
-    # max_feedback/2 calls). 12 rather than 8: 0.83 instead of 0.81 of each prompt is the
+    # max_feedback/2 calls). 12 rather than 8: 0.858 instead of 0.846 of each prompt is the
     # previous call's prefix (bench/prompt_cache_share.py), and the model sees more outcomes.
     max_feedback: int = 12
     max_inspirations: int = 3
@@ -401,7 +401,9 @@ def _parent_code(files: Mapping[str, str], seed: Mapping[str, str]) -> str:
             if len(diff) <= DIFF_SHARE * shown:
                 parts.append(
                     f"### {path}: the seed's {path} (above) with this diff applied\n"
-                    f"```diff\n{diff}\n```"
+                    "Copy SEARCH text from the parent: the diff's context and `+` lines "
+                    "(without their first character) and the seed's lines the diff leaves "
+                    f"alone.\n```diff\n{diff}\n```"
                 )
                 continue
         if not same_outside or spans is None:
@@ -433,7 +435,7 @@ def user_prompt(
     Within an epoch of the feedback log (see ``feedback_window``) the inspirations are the
     ones chosen when the epoch began and the log only grows, so everything up to the newest
     feedback entry is the previous call's text. The parent comes last: the archive picks a
-    different one on about 60% of calls (bench/prompt_cache_share.py), and placed before the
+    different one on about 63% of calls (bench/prompt_cache_share.py), and placed before the
     log it would take the whole log out of the cached prefix each time.
 
     ``history`` is the target's candidates so far, oldest first (the proposer keeps it);
