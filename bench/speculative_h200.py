@@ -38,9 +38,9 @@ from evaluators.speculative.distill import make_data, train_draft  # noqa: E402
 from evaluators.speculative.model import LMConfig, TinyLM  # noqa: E402
 from evaluators.speculative.target import corpus_text, train_target  # noqa: E402
 
-GPU = {"vocab": 2048, "d": 512, "layers": 12, "heads": 8, "chars": 5_000_000, "seq": 256,
-       "batch": 64, "lr": 2e-3, "target_s": 120.0, "draft_s": 20.0, "prompts": 8, "n_new": 128,
-       "distill_seqs": 1024, "ks": [1, 2, 3, 4, 5, 6, 8]}
+GPU = {"vocab": 2048, "d": 512, "layers": 12, "heads": 8, "chars": 3_000_000, "seq": 256,
+       "batch": 64, "lr": 2e-3, "target_s": 35.0, "draft_s": 8.0, "prompts": 4, "n_new": 96,
+       "distill_seqs": 512, "ks": [1, 2, 3, 4, 6]}
 SMOKE = {"vocab": 320, "d": 64, "layers": 2, "heads": 2, "chars": 300_000, "seq": 64,
          "batch": 16, "lr": 1e-2, "target_s": 4.0, "draft_s": 2.0, "prompts": 2, "n_new": 24,
          "distill_seqs": 64, "ks": [1, 3]}

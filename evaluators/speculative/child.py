@@ -54,8 +54,13 @@ def _prepare(model, bundle, folder: Path, name: str, p: dict[str, Any], io_dir: 
             max_s=p["train_s"], max_steps=p["max_steps"], seed=p["seed"],
             weight_decay=float(getattr(mod, "WEIGHT_DECAY", 0.0)))
         record["train_s"] = time.perf_counter() - t0
-        own = {k: v.detach().contiguous() for k, v in draft.state_dict().items()
-               if not k.startswith(_shared_prefixes(draft, model))}
+        own, seen = {}, set()
+        for k, v in draft.state_dict().items():
+            # shared with the target, or an alias of a tensor already kept (tied modules)
+            if k.startswith(_shared_prefixes(draft, model)) or v.data_ptr() in seen:
+                continue
+            seen.add(v.data_ptr())
+            own[k] = v.detach().contiguous()
         if own:
             from safetensors.torch import save_file
 

@@ -38,6 +38,9 @@ class EagleDraft(Draft):
         self.fuse = nn.Linear(d * len(self.feature_layers), d, bias=False)
         self.inp = nn.Linear(2 * d, d, bias=False)
         self.block = Block(d, HEADS, FFN_MULT)
+        # A drafted position has no target feature yet: the previous step's output stands
+        # in for it, mapped into the fused slot (``fuse`` itself when one layer is fused).
+        self.refeed = self.fuse if len(self.feature_layers) == 1 else nn.Linear(d, d, bias=False)
         self.embed = target.embed  # frozen, shared
         self.head = target.head  # frozen, shared
         self.max_len = target.max_len
@@ -72,7 +75,7 @@ class EagleDraft(Draft):
             tok = pick(self.head(last)[0, -1])
             out.append(tok)
             if i + 1 < k:
-                h = self._step(last, torch.tensor([[tok]], device=dev), cache)
+                h = self._step(self.refeed(last), torch.tensor([[tok]], device=dev), cache)
                 cache.length += 1
         return out
 
@@ -84,7 +87,13 @@ class EagleDraft(Draft):
         h = self._step(g, tokens[:, 1:], None)
         ce = F.cross_entropy(self.head(h).flatten(0, 1), labels[:, 1:].flatten())
         top = feats[:, 1:, -self.d :]
-        return ce + FEAT_WEIGHT * F.smooth_l1_loss(h, top)
+        scale = top.detach().std().clamp_min(1e-3)  # residual streams grow with depth
+        feat = F.smooth_l1_loss(h / scale, top / scale)
+        # Second step unrolled on the draft's own outputs, as when drafting k > 1 tokens
+        # (trained on true features only, the second draft was never accepted).
+        h2 = self._step(self.refeed(h[:, :-1]), tokens[:, 2:], None)
+        ce2 = F.cross_entropy(self.head(h2).flatten(0, 1), labels[:, 2:].flatten())
+        return ce + ce2 + FEAT_WEIGHT * feat
 
 
 # EVOLVE-BLOCK-END
