@@ -806,6 +806,7 @@ def _confirm(
             "speedup": 1 + gain,
             "held_out_gain": hgain,
             "kind": "exact + held-out",
+            "held_out_metrics": {"seed": dict(held_s.metrics), "candidate": dict(held_c.metrics)},
         }
     finally:
         for d in (cand_dir, seed_dir, io_dir, scratch):
@@ -816,6 +817,16 @@ def _gain(seed: float, cand: float, minimize: bool) -> float:
     if minimize:
         return seed / cand - 1 if cand > 0 else float("inf")
     return cand / seed - 1 if seed > 0 else float("inf")
+
+
+def _metric_lines(seed: Mapping[str, float], cand: Mapping[str, float]) -> list[str]:
+    def fmt(v: float | None) -> str:
+        return "-" if v is None else f"{v:.6g}"
+
+    return [
+        f"- {name}: {fmt(seed.get(name))} -> {fmt(cand.get(name))}"
+        for name in sorted(set(seed) | set(cand))
+    ]
 
 
 def _lineage(archive: Archive, entry: ArchiveEntry) -> list[ArchiveEntry]:
@@ -856,11 +867,11 @@ def _publish(
         "",
         "## Metrics (seed -> candidate)",
     ]
-    for name in sorted(set(seed.metrics) | set(best.metrics)):
-        s, c = seed.metrics.get(name), best.metrics.get(name)
-        lines.append(
-            f"- {name}: {s if s is None else f'{s:.6g}'} -> {c if c is None else f'{c:.6g}'}"
-        )
+    lines += _metric_lines(seed.metrics, best.metrics)
+    held = evidence.get("held_out_metrics")
+    if held:
+        lines += ["", "## Held-out workload (seed -> candidate)"]
+        lines += _metric_lines(held["seed"], held["candidate"])
     if best.knobs:
         lines += ["", "## Knobs", *(f"- {k} = {v!r}" for k, v in sorted(best.knobs.items()))]
     lines += ["", "## Lineage"]
@@ -879,6 +890,10 @@ def _publish(
     report.write_text(message)
     if r.config.vcs.push:
         r.ws.push(r.config.vcs.push, [branch])
+    if held and run_id:
+        r.tracker.log_night_metrics(
+            run_id, {f"held_out.{k}": float(v) for k, v in held["candidate"].items()}
+        )
     winner = {
         "candidate": best.id,
         "pull_branch": branch,

@@ -57,6 +57,7 @@ def test_end_to_end_run(toy_repo: Path) -> None:
     ]
     message = _git(toy_repo, "log", "-1", "--format=%B", pr)
     assert "held-out" in message and "Lineage" in message and t.winner["candidate"] in message
+    assert "## Held-out workload (seed -> candidate)" in message and "- cost: 13.5 -> " in message
     assert "state: VALID" in _git(
         toy_repo, "log", "-1", "--format=%B", f"optimizer/toy/toy/{t.winner['candidate']}"
     )
