@@ -2,7 +2,7 @@
 
 For every built-in target (each folder under targets/ with a target.toml, its real seed
 files and trusted reference), the script plays a night of ``--calls`` proposals through the
-real prompt builder (``optimizer.proposers.llm.PromptBook``) and the engine's real
+real prompt builder (``optimizer.proposers.prompt.PromptBook``) and the engine's real
 ``Archive`` (parents mostly the best, sometimes any valid candidate; inspirations best and
 diverse; feedback the most recent candidates). No model is called: each "answer" is a
 scripted edit of 1-6 lines inside the parent's EVOLVE-BLOCK, and each outcome is drawn from
@@ -47,7 +47,8 @@ from optimizer.archive import Archive  # noqa: E402
 from optimizer.edits import evolve_regions  # noqa: E402
 from optimizer.knobs import Knob, knobs_of_files, structure_key, values_of  # noqa: E402
 from optimizer.proposers._base import ArchiveEntry, ProposalContext  # noqa: E402
-from optimizer.proposers.llm import LLMSettings, PromptBook  # noqa: E402
+from optimizer.proposers.llm import LLMSettings  # noqa: E402
+from optimizer.proposers.prompt import PromptBook  # noqa: E402
 from optimizer.records import CandidateState  # noqa: E402
 from optimizer.targets import TargetSpec, load_target  # noqa: E402
 

@@ -13,14 +13,10 @@ import pytest
 
 from optimizer.accounting import Ledger, Prices
 from optimizer.errors import ConfigError
+from optimizer.proposers import llm, prompt
 from optimizer.proposers._base import ArchiveEntry, ProposalContext
-from optimizer.proposers.llm import (
-    LLMProposer,
-    LLMSettings,
-    api_key,
-    feedback_window,
-    system_prompt,
-)
+from optimizer.proposers.llm import LLMProposer, LLMSettings, api_key
+from optimizer.proposers.prompt import feedback_window, system_prompt
 from optimizer.records import CandidateState, Usage
 from optimizer.targets import Objective, TargetSpec
 
@@ -407,3 +403,11 @@ def test_feedback_window_only_grows_between_epochs() -> None:
             assert after[: len(before)] == before  # append-only: the cached prefix survives
         else:
             assert (n - 1) % 4 == 0  # restarts only at an epoch boundary
+
+
+def test_prompt_names_stay_importable_from_llm() -> None:
+    # replay.py, config.py and older callers import the prompt builders from llm.py.
+    for name in ("PromptBook", "system_prompt", "user_prompt", "worked_example",
+                 "feedback_window", "render_messages", "DIFF_SHARE"):  # fmt: skip
+        assert getattr(llm, name) is getattr(prompt, name), name
+    assert set(llm.__all__) <= set(dir(llm))

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.edits import apply_edits, parse_edits
-from optimizer.proposers.llm import worked_example
+from optimizer.proposers.prompt import worked_example
 
 ROOT = Path(__file__).resolve().parents[3]
 
