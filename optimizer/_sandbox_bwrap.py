@@ -37,6 +37,11 @@ ENV_ALLOW = (
     "LC_ALL",
     "TZ",
     "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "CUDA_HOME",
+    "LD_LIBRARY_PATH",  # the CUDA driver and toolkit libraries live there on GPU machines
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
     "TRITON_INTERPRET",
     "TRITON_CACHE_DIR",
     "OMP_NUM_THREADS",
@@ -81,7 +86,7 @@ def scrubbed_env(extra: Mapping[str, str], fixed: Mapping[str, str]) -> dict[str
 
 @functools.lru_cache(maxsize=1)
 def probe() -> str:
-    """"" when bwrap can build our sandbox here, else why not (cached per process)."""
+    """ "" when bwrap can build our sandbox here, else why not (cached per process)."""
     exe = shutil.which("bwrap")
     if exe is None:
         return "bwrap (bubblewrap) is not installed"

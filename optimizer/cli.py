@@ -191,7 +191,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     import evaluators
     from evaluators._base import EvalContext
-    from optimizer.loop import _make_sandbox
+    from optimizer.loop import _make_sandbox, device_for
     from optimizer.targets import load_target
 
     workspace = _workspace_of(args.experiment) if args.experiment.exists() else Path.cwd()
@@ -237,7 +237,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         sandbox = _make_sandbox(config, target, evaluator)
         with sandbox:
             ctx = EvalContext(
-                sandbox, secrets.randbits(63), scratch, io_dir, timeout_s=target.timeout_s
+                sandbox,
+                secrets.randbits(63),
+                scratch,
+                io_dir,
+                device=device_for(target),
+                timeout_s=target.timeout_s,
             )
             result = evaluator.evaluate(cand_dir, ctx)
     data = result.to_json()

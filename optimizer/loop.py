@@ -347,6 +347,7 @@ def _evaluate(
         secrets.randbits(63),
         scratch,
         io_dir,
+        device=device_for(target),
         timeout_s=r.config.sandbox.timeout_s or target.timeout_s,
     )
     start = time.perf_counter()
@@ -667,17 +668,29 @@ def _load_archive(r: Run, study: optuna.Study, target: TargetSpec, archive: Arch
         r.say(f"[{target.name}] resumed with {len(archive.entries)} earlier candidate(s)")
 
 
+def device_for(target: TargetSpec) -> str:
+    """ "cuda" for GPU kinds on a machine with an NVIDIA driver, else "cpu".
+
+    Decided from the device node, not by importing torch: the engine must not create a CUDA
+    context before the sandbox forks its candidates.
+    """
+    gpu_kind = target.kind in ("kernel", "speculative")
+    return "cuda" if gpu_kind and Path("/dev/nvidiactl").exists() else "cpu"
+
+
 def _make_sandbox(config: ExperimentConfig, target: TargetSpec, evaluator: Evaluator) -> Sandbox:
+    gpu = device_for(target) == "cuda"
     wanted: dict[str, Any] = {
         "timeout_s": config.sandbox.timeout_s or target.timeout_s,
-        "memory_mb": config.sandbox.memory_mb,
+        # a CUDA context reserves terabytes of address space: RLIMIT_AS cannot bound it
+        "memory_mb": 0 if gpu else config.sandbox.memory_mb,
         "require_isolation": config.sandbox.require_isolation,
         "workspace": config.workspace,
         "state_dir": config.state_dir,
         "rw_root": config.state_dir / "worktrees",
         "preload": tuple(type(evaluator).preload),
         "extra_ro": (target.path,),  # the trusted target folder (evaluate.py, reference)
-        "allow_gpu": target.kind in ("kernel", "speculative"),
+        "allow_gpu": gpu,
     }
     fields = {f.name for f in dataclasses.fields(SandboxSettings)}
     return Sandbox(SandboxSettings(**{k: v for k, v in wanted.items() if k in fields}))
@@ -749,6 +762,7 @@ def _confirm(
         secrets.randbits(63),
         scratch,
         io_dir,
+        device=device_for(target),
         timeout_s=max(r.config.sandbox.timeout_s or target.timeout_s, 60.0) * 4,
     )
     metric, minimize = target.primary.metric, target.primary.minimize

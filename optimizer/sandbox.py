@@ -21,6 +21,7 @@ with resource limits only, and one warning says so. docs/sandbox.md has the thre
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
@@ -237,6 +238,10 @@ class Sandbox:
             request["limits"] = self._limits(timeout)
             request["landlock"] = self.settings.landlock
             request["writable"] = [str(workdir), str(io)]
+            if self.settings.allow_gpu:
+                # the CUDA driver opens its device nodes read-write; Landlock counts that
+                # as a write, so without these the driver fails with error 304
+                request["writable"] += sorted(glob.glob("/dev/nvidia*"))
             if warm:
                 return self._call_warm(request, workdir, timeout)
             return self._call_cold(request, workdir, io, timeout)
@@ -277,9 +282,7 @@ class Sandbox:
         return CallResult(data, returncode, timed_out, wall, stdout, stderr, error)
 
     def _call_warm(self, request: dict[str, Any], workdir: Path, timeout: float) -> CallResult:
-        request.update(
-            workdir=str(workdir), timeout_s=timeout, env=self._env("").copy()
-        )
+        request.update(workdir=str(workdir), timeout_s=timeout, env=self._env("").copy())
         start = time.perf_counter()
         with self._lock:
             zygote = self._zygote_for_call()
