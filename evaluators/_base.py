@@ -115,7 +115,9 @@ class Evaluator(ABC):
                 ast.parse(path.read_text(), filename=rel)
             except SyntaxError as exc:
                 return EvalResult(
-                    CandidateState.REJECTED, f"{rel}:{exc.lineno}: syntax error: {exc.msg}", "static"
+                    CandidateState.REJECTED,
+                    f"{rel}:{exc.lineno}: syntax error: {exc.msg}",
+                    "static",
                 )
         return EvalResult(CandidateState.VALID, "", "static")
 
@@ -130,9 +132,7 @@ class Evaluator(ABC):
         """Measure; ``objectives`` in the target's order, ``samples`` for statistics."""
 
     # -- winner selection ------------------------------------------------------------
-    def compare(
-        self, cand_dir: Path, base_dir: Path, ctx: EvalContext, repeats: int
-    ) -> EvalResult:
+    def compare(self, cand_dir: Path, base_dir: Path, ctx: EvalContext, repeats: int) -> EvalResult:
         """Paired measurements of the primary metric, candidate and baseline interleaved."""
         metric = self.target.primary.metric
         cand: list[float] = []

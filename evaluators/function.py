@@ -53,12 +53,16 @@ class FunctionEvaluator(Evaluator):
         return {"module": self.module, "program": str(cand_dir / self.program), **extra}
 
     def correctness(self, cand_dir: Path, ctx: EvalContext) -> EvalResult:
-        call = ctx.run("evaluators.function:child_validate", self._payload(cand_dir), workdir=cand_dir)
+        call = ctx.run(
+            "evaluators.function:child_validate", self._payload(cand_dir), workdir=cand_dir
+        )
         failed = result_from_call(call, "correctness")
         if failed is not None:
             return failed
         if not call.response.get("ok"):
-            return EvalResult(CandidateState.INVALID, str(call.response.get("reason")), "correctness")
+            return EvalResult(
+                CandidateState.INVALID, str(call.response.get("reason")), "correctness"
+            )
         return EvalResult(CandidateState.VALID, "", "correctness")
 
     def _measure(self, cand_dir: Path, ctx: EvalContext, held_out: bool, stage: str) -> EvalResult:
@@ -105,16 +109,16 @@ class FunctionEvaluator(Evaluator):
             return None
         return res
 
-    def compare(
-        self, cand_dir: Path, base_dir: Path, ctx: EvalContext, repeats: int
-    ) -> EvalResult:
+    def compare(self, cand_dir: Path, base_dir: Path, ctx: EvalContext, repeats: int) -> EvalResult:
         # The baseline is copied next to the io files: the sandbox shows the candidate
         # only its own folder, the io dir and read-only code.
         base_copy = ctx.io_dir / "baseline"
         shutil.rmtree(base_copy, ignore_errors=True)
         shutil.copytree(base_dir, base_copy)
         payload = self._payload(
-            cand_dir, baseline=str(base_copy / self.program), repeats=repeats,
+            cand_dir,
+            baseline=str(base_copy / self.program),
+            repeats=repeats,
             metric=self.target.primary.metric,
         )
         call = ctx.run("evaluators.function:child_compare", payload, workdir=cand_dir)

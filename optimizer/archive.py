@@ -69,7 +69,9 @@ class Archive:
             return tops[min(len(tops) - 1, int(rng.expovariate(1.5)))]
         return rng.choice(self.valid())
 
-    def inspirations(self, parent: ArchiveEntry, rng: random.Random, n: int = 3) -> tuple[ArchiveEntry, ...]:
+    def inspirations(
+        self, parent: ArchiveEntry, rng: random.Random, n: int = 3
+    ) -> tuple[ArchiveEntry, ...]:
         others = [e for e in self.best_per_structure() if e.id != parent.id]
         picks = others[: n - 1]
         rest = [e for e in self.valid() if e.id != parent.id and e not in picks]

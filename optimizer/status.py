@@ -18,27 +18,49 @@ def collect_status(config: ExperimentConfig) -> dict[str, Any]:
     from optimizer.vcs import Workspace
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    ws = Workspace(config.workspace, experiment=config.name, state_dir=config.state_dir,
-                   base=config.base)
+    ws = Workspace(
+        config.workspace, experiment=config.name, state_dir=config.state_dir, base=config.base
+    )
     runs = _mlflow_candidates(config)
-    out: dict[str, Any] = {"experiment": config.name, "state_dir": str(config.state_dir),
-                           "targets": {}, "totals": {}}
+    out: dict[str, Any] = {
+        "experiment": config.name,
+        "state_dir": str(config.state_dir),
+        "targets": {},
+        "totals": {},
+    }
     storage = config.optuna_storage
     studies = set()
-    if not storage.startswith("sqlite:///") or (config.state_dir / "optuna.db").exists() or \
-            not storage.endswith("optuna.db"):
+    if (
+        not storage.startswith("sqlite:///")
+        or (config.state_dir / "optuna.db").exists()
+        or not storage.endswith("optuna.db")
+    ):
         try:
             studies = {s.study_name for s in optuna.get_all_study_summaries(storage)}
         except Exception:  # noqa: BLE001 - an empty or missing store reads as no studies
             studies = set()
-    totals = {"candidates": 0, "duplicates": 0, "trials": 0, "branches": 0, "mlflow_runs": 0,
-              "winners": 0}
+    totals = {
+        "candidates": 0,
+        "duplicates": 0,
+        "trials": 0,
+        "branches": 0,
+        "mlflow_runs": 0,
+        "winners": 0,
+    }
     consistent = True
     for entry in config.targets:
         name = entry.spec.name
         study_name = f"{config.name}/{name}"
-        t: dict[str, Any] = {"candidates": 0, "duplicates": 0, "trials": 0, "states": {},
-                             "branches": 0, "mlflow_runs": 0, "best": None, "winner": None}
+        t: dict[str, Any] = {
+            "candidates": 0,
+            "duplicates": 0,
+            "trials": 0,
+            "states": {},
+            "branches": 0,
+            "mlflow_runs": 0,
+            "best": None,
+            "winner": None,
+        }
         cand_ids: set[str] = set()
         with_code: set[str] = set()
         if study_name in studies:
@@ -80,8 +102,11 @@ def collect_status(config: ExperimentConfig) -> dict[str, Any]:
 
 def _mlflow_candidates(config: ExperimentConfig) -> dict[str, set[str]]:
     """Candidate ids with a child run, per target, over every night of the experiment."""
-    if config.tracking_uri.startswith("sqlite:///") and not (config.state_dir / "mlflow.db").exists() \
-            and config.tracking_uri.endswith("mlflow.db"):
+    if (
+        config.tracking_uri.startswith("sqlite:///")
+        and not (config.state_dir / "mlflow.db").exists()
+        and config.tracking_uri.endswith("mlflow.db")
+    ):
         return {}
     import logging
 
@@ -95,12 +120,17 @@ def _mlflow_candidates(config: ExperimentConfig) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     token = None
     while True:
-        page = client.search_runs([exp.experiment_id], "tags.`optimizer.candidate` != ''",
-                                  max_results=1000, page_token=token)
+        page = client.search_runs(
+            [exp.experiment_id],
+            "tags.`optimizer.candidate` != ''",
+            max_results=1000,
+            page_token=token,
+        )
         for run in page:
             tags = run.data.tags
             out.setdefault(tags.get("optimizer.target", "?"), set()).add(
-                tags.get("optimizer.candidate", ""))
+                tags.get("optimizer.candidate", "")
+            )
         token = page.token
         if not token:
             break
@@ -108,15 +138,22 @@ def _mlflow_candidates(config: ExperimentConfig) -> dict[str, set[str]]:
 
 
 def format_status(data: dict[str, Any]) -> str:
-    lines = [f"experiment {data['experiment']} ({data['state_dir']})",
-             f"{'target':<22} {'cands':>5} {'dups':>5} {'trials':>6} {'branches':>8} "
-             f"{'runs':>5} {'valid':>5}  best / winner"]
+    lines = [
+        f"experiment {data['experiment']} ({data['state_dir']})",
+        f"{'target':<22} {'cands':>5} {'dups':>5} {'trials':>6} {'branches':>8} "
+        f"{'runs':>5} {'valid':>5}  best / winner",
+    ]
     for name, t in data["targets"].items():
         best = f"{t['best']['value']:.6g} ({t['best']['candidate']})" if t["best"] else "-"
         win = f" -> {t['winner']['pull_branch']}" if t["winner"] else ""
-        lines.append(f"{name:<22} {t['candidates']:>5} {t['duplicates']:>5} {t['trials']:>6} "
-                     f"{t['branches']:>8} {t['mlflow_runs']:>5} {t['states'].get('VALID', 0):>5}"
-                     f"  {best}{win}")
-    lines.append("stores agree" if data["consistent"] else
-                 "stores DISAGREE: run with --resume to repair interrupted candidates")
+        lines.append(
+            f"{name:<22} {t['candidates']:>5} {t['duplicates']:>5} {t['trials']:>6} "
+            f"{t['branches']:>8} {t['mlflow_runs']:>5} {t['states'].get('VALID', 0):>5}"
+            f"  {best}{win}"
+        )
+    lines.append(
+        "stores agree"
+        if data["consistent"]
+        else "stores DISAGREE: run with --resume to repair interrupted candidates"
+    )
     return "\n".join(lines)

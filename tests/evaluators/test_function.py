@@ -45,25 +45,43 @@ def test_seed_is_valid_with_metrics(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("program", "state", "needle"),
     [
-        (SEED.replace("keep = (cum - probs) < top_p", "keep = cum < top_p"),
-         CandidateState.INVALID, "wrong answer"),
-        (SEED.replace("out[start + rows, idx] = probs", "pass"), CandidateState.INVALID,
-         "wrong answer"),
-        (SEED.replace("return out", "return out.astype('float64')"), CandidateState.INVALID,
-         "dtype"),
-        (SEED.replace("def filter_probs", "def filter_probz"), CandidateState.FAILED,
-         "filter_probs"),
+        (
+            SEED.replace("keep = (cum - probs) < top_p", "keep = cum < top_p"),
+            CandidateState.INVALID,
+            "wrong answer",
+        ),
+        (
+            SEED.replace("out[start + rows, idx] = probs", "pass"),
+            CandidateState.INVALID,
+            "wrong answer",
+        ),
+        (
+            SEED.replace("return out", "return out.astype('float64')"),
+            CandidateState.INVALID,
+            "dtype",
+        ),
+        (
+            SEED.replace("def filter_probs", "def filter_probz"),
+            CandidateState.FAILED,
+            "filter_probs",
+        ),
         (SEED + "\nraise SystemExit(0)\n", CandidateState.FAILED, "SystemExit"),
         (SEED + "\nraise KeyboardInterrupt\n", CandidateState.FAILED, "KeyboardInterrupt"),
         (SEED + "\nimport os\nos._exit(0)\n", CandidateState.FAILED, "no result"),
-        (SEED.replace("def filter_probs(logits, top_k, top_p):",
-                      "def filter_probs(logits, top_k, top_p):\n    while True:\n        pass"),
-         CandidateState.TIMEOUT, "killed"),
+        (
+            SEED.replace(
+                "def filter_probs(logits, top_k, top_p):",
+                "def filter_probs(logits, top_k, top_p):\n    while True:\n        pass",
+            ),
+            CandidateState.TIMEOUT,
+            "killed",
+        ),
         ("def filter_probs(:\n", CandidateState.REJECTED, "syntax error"),
     ],
 )
-def test_bad_candidates_get_a_state_and_reason(tmp_path: Path, program: str,
-                                               state: CandidateState, needle: str) -> None:
+def test_bad_candidates_get_a_state_and_reason(
+    tmp_path: Path, program: str, state: CandidateState, needle: str
+) -> None:
     res = _evaluate(tmp_path, program, timeout_s=4.0)
     assert res.state is state, (res.state, res.reason)
     assert needle in res.reason
@@ -77,17 +95,20 @@ def test_cli_evaluate_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
 def test_cli_evaluate_candidate_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "policy.py"
-    bad.write_text((ROOT / "targets/function/prefix_cache/policy.py").read_text()
-                   .replace("SAMPLE_SIZE = 2 ", "SAMPLE_SIZE = 0 "))
+    bad.write_text(
+        (ROOT / "targets/function/prefix_cache/policy.py")
+        .read_text()
+        .replace("SAMPLE_SIZE = 2 ", "SAMPLE_SIZE = 0 ")
+    )
     assert main(["evaluate", str(ROOT / "targets/function/prefix_cache"), str(bad)]) == 1
     assert "SAMPLE_SIZE must be an int in 1..64" in capsys.readouterr().out
 
 
-def test_cli_evaluate_unknown_file_name_is_exit_2(tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_evaluate_unknown_file_name_is_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     other = tmp_path / "other.py"
     other.write_text("x = 1\n")
-    code = main(["evaluate", str(ROOT / "targets/function/prefix_cache"), str(other),
-                 str(other)])
+    code = main(["evaluate", str(ROOT / "targets/function/prefix_cache"), str(other), str(other)])
     assert code == 2
     assert "matches no editable file" in capsys.readouterr().err

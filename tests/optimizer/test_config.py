@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from optimizer.cli import main
 from optimizer.config import load_experiment, parse_value
 from optimizer.errors import ConfigError
@@ -22,8 +23,13 @@ def test_loads_defaults_and_target(toy_repo: Path) -> None:
 def test_set_overrides_experiment_and_target_keys(toy_repo: Path) -> None:
     cfg = load_experiment(
         toy_repo / "experiments/toy.toml",
-        ["budget.minutes=0.5", "proposer.kind=offline", "targets.toy.min_gain=0.2",
-         "targets.toy.share=3", "search.sampler=random"],
+        [
+            "budget.minutes=0.5",
+            "proposer.kind=offline",
+            "targets.toy.min_gain=0.2",
+            "targets.toy.share=3",
+            "search.sampler=random",
+        ],
         workspace=toy_repo,
     )
     assert cfg.budget.minutes == 0.5
@@ -45,13 +51,15 @@ def test_set_overrides_experiment_and_target_keys(toy_repo: Path) -> None:
         ("", ["budget"], "KEY=VALUE"),
     ],
 )
-def test_bad_config_is_one_clear_error(toy_repo: Path, body: str, overrides: list[str],
-                                       needle: str) -> None:
+def test_bad_config_is_one_clear_error(
+    toy_repo: Path, body: str, overrides: list[str], needle: str
+) -> None:
     exp = toy_repo / "experiments/toy.toml"
     if body:
         # a duplicate [budget] table is invalid TOML, so write a fresh file
-        exp.write_text(exp.read_text().replace("[budget]\nminutes = 3\nmax_candidates = 10\n", "")
-                       + body)
+        exp.write_text(
+            exp.read_text().replace("[budget]\nminutes = 3\nmax_candidates = 10\n", "") + body
+        )
     with pytest.raises(ConfigError) as err:
         load_experiment(exp, overrides, workspace=toy_repo)
     assert needle in str(err.value)
@@ -64,8 +72,9 @@ def test_missing_target_folder(toy_repo: Path, experiment_writer) -> None:
         load_experiment(exp, workspace=toy_repo)
 
 
-def test_cli_exits_2_and_writes_nothing(toy_repo: Path, capsys: pytest.CaptureFixture[str],
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_exits_2_and_writes_nothing(
+    toy_repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(toy_repo)
     code = main(["run", "experiments/toy.toml", "--set", "budget.minutes=never"])
     assert code == 2

@@ -87,7 +87,9 @@ def simulate(mod, chains, capacity: int = CAPACITY, seed: int = 7) -> dict[str, 
 def validate(program_path: str) -> None:
     mod = _load(program_path)
     size = mod.SAMPLE_SIZE
-    assert isinstance(size, int) and 1 <= size <= 64, f"SAMPLE_SIZE must be an int in 1..64: {size!r}"
+    assert isinstance(size, int) and 1 <= size <= 64, (
+        f"SAMPLE_SIZE must be an int in 1..64: {size!r}"
+    )
     for args in ((10, 3, 0, 1), (5, 5, 9, 40), (1000, 1, 100, 0)):
         value = mod.eviction_score(*args)
         assert isinstance(value, int | float), f"eviction_score returned {type(value).__name__}"

@@ -20,4 +20,6 @@ def eviction_score(now, last_access, hits, depth):
         - FREQUENCY_WEIGHT * math.log1p(hits)
         + DEPTH_WEIGHT * math.log1p(depth)
     )
+
+
 # EVOLVE-BLOCK-END

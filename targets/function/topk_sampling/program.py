@@ -38,4 +38,6 @@ def filter_probs(logits, top_k, top_p):
         rows = np.arange(chunk.shape[0])[:, None]
         out[start + rows, idx] = probs
     return out
+
+
 # EVOLVE-BLOCK-END
