@@ -80,10 +80,15 @@ class TargetBundle:
     folder: Path | None = None
     train_s: float = 0.0
     final_loss: float = float("nan")
+    steps: int = 0
+
+
+# Bumped when training code changes what a preset produces (v2: time-aware LR schedule).
+_FORMAT = 2
 
 
 def _key(preset: TargetPreset, text: str) -> str:
-    h = hashlib.sha256(json.dumps(asdict(preset), sort_keys=True).encode())
+    h = hashlib.sha256(json.dumps([_FORMAT, asdict(preset)], sort_keys=True).encode())
     h.update(hashlib.sha256(text.encode()).digest())
     return h.hexdigest()[:12]
 
@@ -136,12 +141,14 @@ def build_target(preset: TargetPreset, seed: int = 0) -> TargetBundle:
                                 seq_len=preset.seq_len, lr=preset.lr, max_s=preset.max_train_s,
                                 seed=seed)
     final = sum(losses[-10:]) / len(losses[-10:])
-    return TargetBundle(model, tok, ids[:split], ids[split:], None, secs, final)
+    bundle = TargetBundle(model, tok, ids[:split], ids[split:], None, secs, final)
+    bundle.steps = len(losses)
+    return bundle
 
 
 def load_or_build(preset_name: str = "default", cache_dir: Path | None = None) -> TargetBundle:
     """The cached target of ``preset_name``; trains and caches it on first use."""
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
 
     if preset_name not in PRESETS:
         raise ValueError(f"unknown target preset {preset_name!r}; known: {sorted(PRESETS)}")
@@ -149,19 +156,11 @@ def load_or_build(preset_name: str = "default", cache_dir: Path | None = None) -
     root = (cache_dir or default_cache_dir()) / "speculative"
     text = corpus_text(preset.corpus_chars)
     folder = root / f"{preset.name}-{_key(preset, text)}"
-    meta_path = folder / "meta.json"
-    if meta_path.is_file():
-        meta = json.loads(meta_path.read_text())
-        model = TinyLM(LMConfig(**meta["config"]))
-        model.load_state_dict(load_file(str(folder / "target.safetensors")))
-        model.eval()
-        data = load_file(str(folder / "tokens.safetensors"))
-        tok = BPETokenizer.load(folder / "tokenizer.json")
-        return TargetBundle(model, tok, data["train"], data["heldout"], folder,
-                            meta["train_s"], meta["final_loss"])
+    if (folder / "meta.json").is_file():
+        return load_folder(folder)
     bundle = build_target(preset)
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / ".partial"
+    tmp = folder / f".partial-{os.getpid()}"  # two workers may build at once
     tmp.mkdir(exist_ok=True)
     bundle.tokenizer.save(tmp / "tokenizer.json")
     save_file({k: v.contiguous() for k, v in bundle.model.state_dict().items()},
@@ -169,7 +168,7 @@ def load_or_build(preset_name: str = "default", cache_dir: Path | None = None) -
     save_file({"train": bundle.train_tokens, "heldout": bundle.heldout_tokens},
               str(tmp / "tokens.safetensors"))
     meta = {"config": bundle.model.cfg.to_json(), "preset": asdict(preset),
-            "train_s": bundle.train_s, "final_loss": bundle.final_loss}
+            "train_s": bundle.train_s, "final_loss": bundle.final_loss, "steps": bundle.steps}
     (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
     for name in ("tokenizer.json", "target.safetensors", "tokens.safetensors", "meta.json"):
         os.replace(tmp / name, folder / name)  # meta.json last: its presence means complete
@@ -189,4 +188,4 @@ def load_folder(folder: Path) -> TargetBundle:
     data = load_file(str(folder / "tokens.safetensors"))
     tok = BPETokenizer.load(folder / "tokenizer.json")
     return TargetBundle(model, tok, data["train"], data["heldout"], folder,
-                        meta["train_s"], meta["final_loss"])
+                        meta["train_s"], meta["final_loss"], meta.get("steps", 0))
