@@ -690,6 +690,8 @@ def _make_sandbox(config: ExperimentConfig, target: TargetSpec, evaluator: Evalu
         "rw_root": config.state_dir / "worktrees",
         "preload": tuple(type(evaluator).preload),
         "extra_ro": (target.path,),  # the trusted target folder (evaluate.py, reference)
+        # Triton reads TRITON_INTERPRET when it is imported, i.e. in the warm zygote
+        "extra_env": {"TRITON_INTERPRET": "1"} if target.kind == "kernel" and not gpu else {},
         "allow_gpu": gpu,
     }
     fields = {f.name for f in dataclasses.fields(SandboxSettings)}
