@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -50,7 +51,7 @@ def main() -> None:
     starts = torch.randint(0, len(held) - s["prompt_len"], (s["prompts"],), generator=gen)
     prompts = [held[i : i + s["prompt_len"]].tolist() for i in starts.tolist()]
     refs = [plain_decode(bundle.model, torch.tensor(p), s["n_new"]) for p in prompts]
-    result = {"machine": f"{platform.processor() or platform.machine()}, "
+    result: dict[str, Any] = {"machine": f"{platform.processor() or platform.machine()}, "
                          f"{os.cpu_count()} cores, torch {torch.__version__}, 1 thread",
               "command": "python bench/speculative_cpu.py " + " ".join(sys.argv[1:]),
               "target": {"folder": str(bundle.folder), "train_s": bundle.train_s,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -49,9 +50,10 @@ class TargetView:
 
     @classmethod
     def of(cls, model: nn.Module) -> TargetView:
-        cfg = model.cfg  # type: ignore[attr-defined]
+        m = cast(Any, model)
+        cfg = m.cfg
         return cls(cfg.vocab, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.max_len,
-                   model.embed, model.head)  # type: ignore[arg-type]
+                   m.embed, m.head)
 
 
 class Draft(nn.Module):

@@ -47,6 +47,11 @@ class KVCache:
         self.length = length
 
 
+def causal_mask(t: int, start: int, device: torch.device) -> torch.Tensor:
+    """Query i (absolute position start+i) sees keys 0..start+i."""
+    return torch.ones(t, start + t, dtype=torch.bool, device=device).tril(start)
+
+
 class Block(nn.Module):
     def __init__(self, d: int, n_heads: int, ffn_mult: int):
         super().__init__()
@@ -59,7 +64,7 @@ class Block(nn.Module):
         self.down = nn.Linear(ffn_mult * d, d, bias=False)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0,
-                start: int = 0) -> torch.Tensor:
+                start: int = 0, mask: torch.Tensor | None = None) -> torch.Tensor:
         b, t, d = x.shape
         h = self.n_heads
         q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, h, d // h).permute(2, 0, 3, 1, 4)
@@ -72,9 +77,8 @@ class Block(nn.Module):
             cache.k[layer][:, :, start:end] = k
             cache.v[layer][:, :, start:end] = v
             keys, values = cache.k[layer][:, :, :end], cache.v[layer][:, :, :end]
-            mask = None
-            if t > 1:  # query i (absolute start+i) sees keys 0..start+i
-                mask = torch.ones(t, end, dtype=torch.bool, device=x.device).tril(start)
+            if t > 1 and mask is None:
+                mask = causal_mask(t, start, x.device)
             att = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
         x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
         return x + self.down(F.gelu(self.up(self.norm2(x)), approximate="tanh"))
@@ -94,6 +98,7 @@ class TinyLM(nn.Module):
         self.norm = nn.LayerNorm(cfg.d_model)
         self.apply(self._init)
         for blk in self.blocks:  # residual branches scaled down with depth (GPT-2 style)
+            assert isinstance(blk, Block)
             nn.init.normal_(blk.proj.weight, std=0.02 / math.sqrt(2 * cfg.n_layers))
             nn.init.normal_(blk.down.weight, std=0.02 / math.sqrt(2 * cfg.n_layers))
 
@@ -126,8 +131,10 @@ class TinyLM(nn.Module):
         n = len(self.blocks)
         wanted = {i % n for i in feature_layers}
         feats: dict[int, torch.Tensor] = {}
+        # one mask shared by all layers of a verification pass
+        mask = causal_mask(t, start, ids.device) if cache is not None and t > 1 else None
         for i, blk in enumerate(self.blocks):
-            x = blk(x, cache, i, start)
+            x = blk(x, cache, i, start, mask)
             if i in wanted:
                 feats[i] = x
         if cache is not None:
