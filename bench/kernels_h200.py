@@ -22,6 +22,7 @@ import itertools
 import json
 import math
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -294,14 +295,22 @@ def evaluator_check(target: str) -> None:
 
     spec = load_target(ROOT / "targets" / "kernels" / target, ROOT)
     with tempfile.TemporaryDirectory() as d:
-        (Path(d) / "io").mkdir()
-        # CUDA reserves far more virtual address space than RLIMIT_AS's 16 GB default allows
-        # ("cudaGetDeviceCount ... out of memory" under it on an H200, 2026-11-29)
-        sandbox = Sandbox(SandboxSettings(memory_mb=1 << 22, timeout_s=300))
-        ctx = EvalContext(sandbox, seed=int(time.time()), scratch=Path(d), io_dir=Path(d) / "io",
-                          device="cuda", timeout_s=300)
-        t0 = time.perf_counter()
-        res = KernelEvaluator(spec).evaluate(spec.path, ctx)
+        # the engine's settings for GPU kinds (optimizer/loop.py _make_sandbox): no RLIMIT_AS
+        # (a CUDA context reserves terabytes of address space), GPU device nodes allowed, a
+        # warm zygote that imported torch and triton without creating a CUDA context
+        rw = Path(d) / "rw"
+        (rw / "io").mkdir(parents=True)
+        cand = rw / "cand"
+        shutil.copytree(spec.path, cand)
+        settings = SandboxSettings(memory_mb=0, timeout_s=300, allow_gpu=True, rw_root=rw,
+                                   preload=("torch", "triton"), extra_ro=(spec.path,))
+        with Sandbox(settings) as sandbox:
+            ctx = EvalContext(sandbox, seed=int(time.time()), scratch=Path(d) / "scratch",
+                              io_dir=rw / "io", device="cuda", timeout_s=300)
+            ctx.scratch.mkdir()
+            t0 = time.perf_counter()
+            res = KernelEvaluator(spec).evaluate(cand, ctx)
+            print(f"sandbox isolation on this machine: {sandbox.isolation}", flush=True)
     ms = {k: round(v, 4) for k, v in res.metrics.items() if k.startswith(("ms/", "frac", "time"))}
     print(f"evaluator {target}: {res.state.value} {res.stage} {res.reason[:300]} {ms} "
           f"({time.perf_counter() - t0:.1f} s)", flush=True)
