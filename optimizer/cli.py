@@ -218,6 +218,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             node = node.setdefault(part, {})  # type: ignore[assignment]
         node[last] = parse_value(text.strip())
     target = load_target(folder.resolve(), folder.resolve().parent, overrides)
+    # the workspace's cache (e.g. the speculative target model) outlives this evaluation
+    os.environ.setdefault("OPTIMIZER_CACHE_DIR", str(workspace / ".optimizer" / "cache"))
     replacements = _match_files(target.editable, args.files)
     evaluator = evaluators.get(target.kind)(target)
     with tempfile.TemporaryDirectory(prefix="optimizer-eval-") as tmp:

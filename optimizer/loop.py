@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import random
 import secrets
 import shutil
@@ -104,6 +105,8 @@ def run(
     enable_fast_sqlite()
     for sub in ("reports", "logs", "cache", "worktrees"):
         (config.state_dir / sub).mkdir(parents=True, exist_ok=True)
+    # trusted evaluators keep expensive artefacts (e.g. a trained target model) here
+    os.environ.setdefault("OPTIMIZER_CACHE_DIR", str(config.state_dir / "cache"))
     tracker = Tracker(config.tracking_uri, config.name, config.state_dir / "mlartifacts")
     night, parent_run_id = _open_night(config, tracker, resume)
     summary = RunSummary(config.name, night, parent_run_id)
@@ -305,6 +308,7 @@ def _candidate(
         response=proposal.response,
         eval_log=eval_log,
     )
+    _log_outputs(r, run_id, result, _io_dir(r, target, cid))
     _set_result_attrs(trial, result, commit, run_id)
     _tell(study, trial, result)
     if not r.config.vcs.keep_worktrees:
@@ -336,7 +340,7 @@ def _evaluate(
     r: Run, target: TargetSpec, evaluator: Evaluator, sandbox: Sandbox, cid: str, cand_dir: Path
 ) -> tuple[EvalResult, str]:
     """Run the evaluator's stages; anything that goes wrong is a state with a reason."""
-    io_dir = r.config.state_dir / "worktrees" / "_io" / r.config.name / target.name / cid
+    io_dir = _io_dir(r, target, cid)
     scratch = r.config.state_dir / "scratch" / r.config.name / target.name / cid
     for d in (io_dir, scratch):
         shutil.rmtree(d, ignore_errors=True)
@@ -362,9 +366,32 @@ def _evaluate(
         )
     if not result.cost_s:
         result = dataclasses.replace(result, cost_s=time.perf_counter() - start)
-    shutil.rmtree(io_dir, ignore_errors=True)
     shutil.rmtree(scratch, ignore_errors=True)
-    return result, recorder.log()
+    return result, recorder.log()  # io_dir stays until its outputs are logged
+
+
+def _io_dir(r: Run, target: TargetSpec, cid: str) -> Path:
+    return r.config.state_dir / "worktrees" / "_io" / r.config.name / target.name / cid
+
+
+def _log_outputs(r: Run, run_id: str, result: EvalResult, io_dir: Path) -> None:
+    """Outputs an evaluator leaves besides metrics: a training curve, a model's weights."""
+    try:
+        curve = result.artifacts.get("training_curve.json")
+        if curve:
+            points = [(int(p["step"]), float(p["loss"])) for p in json.loads(curve)]
+            if points:
+                r.tracker.log_curve(run_id, "distill_loss", points)
+        draft = result.artifacts.get("draft.json")
+        if draft and result.ok:
+            weights = Path(json.loads(draft).get("weights") or "")
+            # only a file the evaluation wrote into its own io dir is taken
+            if weights.is_file() and weights.resolve().is_relative_to(io_dir.resolve()):
+                r.tracker.log_artifact_file(run_id, weights, "draft")
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("outputs of run %s not logged: %s", run_id, exc)
+    finally:
+        shutil.rmtree(io_dir, ignore_errors=True)
 
 
 class _RecordingSandbox:
@@ -900,6 +927,12 @@ def _publish(
         f"- Optuna study: {study.study_name}, trial {trial.number}",
         f"- Candidate branch: {r.ws.candidate_branch(target.name, best.id)}",
     ]
+    if target.kind == "speculative" and run_id:
+        try:
+            version = r.tracker.register_model(run_id, "draft", target.name)
+            lines.append(f"- MLflow model: {target.name} version {version} (the draft's weights)")
+        except Exception as exc:  # noqa: BLE001 - the pull branch matters more than the registry
+            log.warning("draft of %s not registered: %s", best.id, exc)
     message = "\n".join(lines) + "\n"
     branch, sha = r.ws.make_pull_branch(target.name, target.rel_path, best.files, message)
     report = r.config.state_dir / "reports" / f"{r.config.name}-{target.name}-pr.md"

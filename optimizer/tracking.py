@@ -175,6 +175,25 @@ class Tracker:
     def log_artifact_file(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
         self.client.log_artifact(run_id, str(path), artifact_path)
 
+    def log_curve(self, run_id: str, key: str, points: list[tuple[int, float]]) -> None:
+        """A metric over steps (e.g. a draft's distillation loss), one batch."""
+        now = int(time.time() * 1000)
+        ms = [Metric(_metric_key(key), float(v), now, int(s)) for s, v in points]
+        for i in range(0, len(ms), _BATCH_ENTRIES):
+            self.client.log_batch(run_id, metrics=ms[i : i + _BATCH_ENTRIES])
+
+    def register_model(self, run_id: str, artifact_path: str, name: str) -> str:
+        """Register ``runs:/<run_id>/<artifact_path>`` as a new version of model ``name``."""
+        try:
+            self.client.get_registered_model(name)
+        except MlflowException:
+            self.client.create_registered_model(
+                name, description="Winning drafts of the optimisation loop (weights and code)"
+            )
+        source = f"{self.client.get_run(run_id).info.artifact_uri}/{artifact_path}"
+        version = self.client.create_model_version(name, source, run_id=run_id)
+        return str(version.version)
+
     def _log_batch(
         self,
         run_id: str,
