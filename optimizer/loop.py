@@ -179,7 +179,10 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
             _candidate(r, target, evaluator, sandbox, study, names, archive, seed, out)
         if archive.seed is None or archive.seed.state is not CandidateState.VALID:
             why = archive.seed.reason if archive.seed else "not evaluated"
-            out.note = f"seed program is not valid ({why[:300]}); nothing to optimise against"
+            if archive.seed is not None and archive.seed.state is CandidateState.PRUNED:
+                out.note = f"seed not measured here ({why[:300]}); skipped on this machine"
+            else:
+                out.note = f"seed program is not valid ({why[:300]}); nothing to optimise against"
             r.say(f"[{target.name}] {out.note}")
             return _finish_summary(out, archive, study)
         while True:
