@@ -615,26 +615,12 @@ def _recover_interrupted(r: Run, study: optuna.Study, target: TargetSpec) -> Non
             study.tell(frozen.number, state=TrialState.FAIL)
             continue
         result = EvalResult(CandidateState.FAILED, reason, "interrupted")
-        branch, commit, diff, files = "", "", "", {}
-        if cid in r.ws.candidate_ids(target.name):
-            branch = r.ws.candidate_branch(target.name, cid)
-            files = r.ws.read_files(target.name, cid, target.rel_path, target.editable)
-            cand = Candidate(
-                cid,
-                target.name,
-                attrs.get("parent") or None,
-                attrs.get("proposer", ""),
-                files,
-                frozen.params,
-                attrs.get("content_hash", ""),
-                attrs.get("summary", ""),
-            )
-            commit = r.ws.annotate(target.name, cid, _commit_message(target, cand, result))
-            diff = r.ws.diff(target.name, cid)
-            try:
-                r.ws.remove_worktree(target.name, cid)
-            except OptimizerError:
-                pass
+        has_branch = cid in r.ws.candidate_ids(target.name)
+        files = (
+            r.ws.read_files(target.name, cid, target.rel_path, target.editable)
+            if has_branch
+            else {}
+        )
         cand = Candidate(
             cid,
             target.name,
@@ -645,6 +631,15 @@ def _recover_interrupted(r: Run, study: optuna.Study, target: TargetSpec) -> Non
             attrs.get("content_hash", ""),
             attrs.get("summary", ""),
         )
+        branch = commit = diff = ""
+        if has_branch:
+            branch = r.ws.candidate_branch(target.name, cid)
+            commit = r.ws.annotate(target.name, cid, _commit_message(target, cand, result))
+            diff = r.ws.diff(target.name, cid)
+            try:
+                r.ws.remove_worktree(target.name, cid)
+            except OptimizerError:
+                pass
         run_id = r.tracker.log_candidate(
             parent_run_id=r.summary.parent_run_id,
             candidate=cand,
