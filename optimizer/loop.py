@@ -114,6 +114,8 @@ def run(
     from optimizer.proposers import make_proposer
 
     the_proposer = proposer or make_proposer(config, night)
+    if config.proposer.kind == "llm":
+        _trace_llm_calls(config)
     settings = getattr(the_proposer, "settings", None)
     ledger = Ledger(getattr(settings, "prices", None) or Prices())
     r = Run(config, ws, tracker, the_proposer, budget, ledger, summary, say)
@@ -593,6 +595,20 @@ def _open_night(config: ExperimentConfig, tracker: Tracker, resume: bool) -> tup
     run_id = tracker.start_night(night, params, {"optimizer.experiment": config.name})
     pointer.write_text(json.dumps({"night": night, "parent_run_id": run_id}))
     return night, run_id
+
+
+def _trace_llm_calls(config: ExperimentConfig) -> None:
+    """MLflow's OpenAI tracing, where installed: every chat call becomes a trace of the
+    experiment (the prompt and response files of each candidate are logged regardless)."""
+    try:
+        import mlflow
+        import mlflow.openai
+
+        mlflow.set_tracking_uri(config.tracking_uri)
+        mlflow.set_experiment(config.name)
+        mlflow.openai.autolog(log_traces=True, silent=True)
+    except Exception as exc:  # noqa: BLE001 - tracing is a convenience, never a reason to stop
+        log.info("MLflow OpenAI tracing not enabled: %s", exc)
 
 
 def _recover_interrupted(r: Run, study: optuna.Study, target: TargetSpec) -> None:

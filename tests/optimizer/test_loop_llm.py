@@ -105,6 +105,13 @@ def test_llm_night_survives_errors_and_stops_only_on_budget(toy_repo: Path) -> N
     assert len(valid_llm) >= 2  # the good edits and the re-ranged knob became candidates
     # the best uses the new constant: 13 - 1 + 0.25 at the seed's knobs, or better
     assert t.best_value is not None and t.best_value <= 12.25
+    # MLflow's OpenAI tracing recorded the chat calls that got an answer
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(cfg.tracking_uri)
+    exp = client.get_experiment_by_name("toy")
+    traces = client.search_traces(locations=[exp.experiment_id])
+    assert len(traces) >= 5
 
 
 def test_usd_budget_stops_the_night(toy_repo: Path) -> None:
