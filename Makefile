@@ -24,7 +24,7 @@ bwrap:
 nightly: $(STAMP) bwrap
 	$(VENV)/bin/optimizer run experiments/nightly.toml
 
-test: $(STAMP) bwrap lint
+test: $(STAMP) bwrap lint typecheck
 	$(VENV)/bin/pytest -q
 
 lint: $(STAMP)

@@ -23,9 +23,9 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from optimizer.errors import ConfigError, OptimizerError
 
@@ -145,12 +145,41 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load_experiment(args.experiment, overrides, workspace=_workspace_of(args.experiment))
     from optimizer.loop import run
 
-    summary = run(config, resume=args.resume)
+    summary = run(config, resume=args.resume, say=_progress_printer(sys.stdout))
     if args.json:
         print(json.dumps(summary.to_json(), indent=2))
     else:
         print(_summary_table(summary))
     return 0
+
+
+_STATE_COLOURS = {
+    "VALID": "32",
+    "INVALID": "33",
+    "FAILED": "31",
+    "TIMEOUT": "31",
+    "REJECTED": "35",
+    "PRUNED": "36",
+    "winner": "1;32",
+}
+
+
+def _progress_printer(stream: Any) -> Callable[[str], None]:
+    """Plain lines when not on a terminal; on one, states in colour and the time left
+    in the terminal's title, so a long night shows where it is at a glance."""
+    if not stream.isatty() or os.environ.get("NO_COLOR"):
+        return lambda line: print(line, file=stream, flush=True)
+
+    def say(line: str) -> None:
+        for word, code in _STATE_COLOURS.items():
+            if f" {word} " in line:
+                line = line.replace(f" {word} ", f" \x1b[{code}m{word}\x1b[0m ", 1)
+                break
+        left = line.rsplit("| ", 1)[-1] if "min left" in line else ""
+        title = f"\x1b]0;optimizer: {left}\x07" if left else ""
+        print(title + line, file=stream, flush=True)
+
+    return say
 
 
 def _workspace_of(experiment: Path) -> Path:
