@@ -182,3 +182,19 @@ def test_sigkill_then_resume_keeps_stores_in_agreement(toy_repo: Path) -> None:
     assert status["consistent"], status
     t = status["targets"]["toy"]
     assert t["candidates"] == t["mlflow_runs"] >= 11
+
+
+def test_branches_list_and_prune(
+    toy_repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(toy_repo)
+    assert main(["run", "experiments/toy.toml", "--set", "budget.max_candidates=5"]) == 0
+    capsys.readouterr()
+    assert main(["branches", "-e", "experiments/toy.toml"]) == 0
+    listed = capsys.readouterr().out.split()
+    assert len([b for b in listed if b.startswith("optimizer/toy/toy/c")]) == 5
+    assert "optimizer/pr/toy/toy" in listed
+    assert main(["branches", "-e", "experiments/toy.toml", "--prune"]) == 0
+    assert "deleted 5" in capsys.readouterr().out
+    assert _branches(toy_repo, "optimizer/toy") == []
+    assert _branches(toy_repo, "optimizer/pr") == ["optimizer/pr/toy/toy"]
