@@ -295,7 +295,7 @@ def evaluator_check(target: str) -> None:
 
     spec = load_target(ROOT / "targets" / "kernels" / target, ROOT)
     with tempfile.TemporaryDirectory() as d:
-        # the engine's settings for GPU kinds (optimizer/loop.py _make_sandbox): no RLIMIT_AS
+        # the engine's settings for GPU kinds (optimizer/evaluation.py make_sandbox): no RLIMIT_AS
         # (a CUDA context reserves terabytes of address space), GPU device nodes allowed, a
         # warm zygote that imported torch and triton without creating a CUDA context
         rw = Path(d) / "rw"

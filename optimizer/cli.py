@@ -220,7 +220,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     import evaluators
     from evaluators._base import EvalContext
-    from optimizer.loop import _make_sandbox, device_for
+    from optimizer.evaluation import device_for, make_sandbox
     from optimizer.targets import load_target
 
     workspace = _workspace_of(args.experiment) if args.experiment.exists() else Path.cwd()
@@ -265,7 +265,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         config = ExperimentConfig(
             name="evaluate", file=folder, workspace=workspace, targets=(), state_dir=root
         )
-        sandbox = _make_sandbox(config, target, evaluator)
+        sandbox = make_sandbox(config, target, evaluator)
         with sandbox:
             ctx = EvalContext(
                 sandbox,

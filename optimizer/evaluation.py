@@ -1,0 +1,142 @@
+"""Evaluating one candidate: the sandbox a target kind gets, its private directories, the
+evaluator's stages with every failure turned into a state, and what the evaluation leaves
+behind (logs, training curves, weights) handed to MLflow."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import secrets
+import shutil
+import time
+import traceback
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from evaluators._base import EvalContext, Evaluator
+from optimizer.config import ExperimentConfig
+from optimizer.errors import SandboxError
+from optimizer.night import Run
+from optimizer.records import CandidateState, EvalResult
+from optimizer.sandbox import Sandbox, SandboxSettings
+from optimizer.targets import TargetSpec
+
+log = logging.getLogger("optimizer.loop")
+
+
+def evaluate_candidate(
+    r: Run, target: TargetSpec, evaluator: Evaluator, sandbox: Sandbox, cid: str, cand_dir: Path
+) -> tuple[EvalResult, str]:
+    """Run the evaluator's stages; anything that goes wrong is a state with a reason."""
+    io_dir = io_dir_of(r, target, cid)
+    scratch = r.config.state_dir / "scratch" / r.config.name / target.name / cid
+    for d in (io_dir, scratch):
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+    recorder = RecordingSandbox(sandbox)
+    ctx = EvalContext(
+        recorder,
+        secrets.randbits(63),
+        scratch,
+        io_dir,
+        device=device_for(target),
+        timeout_s=r.config.sandbox.timeout_s or target.timeout_s,
+    )
+    start = time.perf_counter()
+    try:
+        result = evaluator.evaluate(cand_dir, ctx)
+    except SandboxError as exc:
+        result = EvalResult(CandidateState.FAILED, f"sandbox error: {exc}", "sandbox")
+    except Exception as exc:  # an evaluator tripping over a candidate's output
+        recorder.notes.append(traceback.format_exc())
+        result = EvalResult(
+            CandidateState.FAILED, f"evaluation error: {type(exc).__name__}: {exc}", "evaluate"
+        )
+    if not result.cost_s:
+        result = dataclasses.replace(result, cost_s=time.perf_counter() - start)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return result, recorder.log()  # io_dir stays until its outputs are logged
+
+
+def io_dir_of(r: Run, target: TargetSpec, cid: str) -> Path:
+    return r.config.state_dir / "worktrees" / "_io" / r.config.name / target.name / cid
+
+
+def log_outputs(r: Run, run_id: str, result: EvalResult, io_dir: Path) -> None:
+    """Outputs an evaluator leaves besides metrics: a training curve, a model's weights."""
+    try:
+        curve = result.artifacts.get("training_curve.json")
+        if curve:
+            points = [(int(p["step"]), float(p["loss"])) for p in json.loads(curve)]
+            if points:
+                r.tracker.log_curve(run_id, "distill_loss", points)
+        draft = result.artifacts.get("draft.json")
+        if draft and result.ok:
+            weights = Path(json.loads(draft).get("weights") or "")
+            # only a file the evaluation wrote into its own io dir is taken
+            if weights.is_file() and weights.resolve().is_relative_to(io_dir.resolve()):
+                r.tracker.log_artifact_file(run_id, weights, "draft")
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("outputs of run %s not logged: %s", run_id, exc)
+    finally:
+        shutil.rmtree(io_dir, ignore_errors=True)
+
+
+class RecordingSandbox:
+    """Keeps the output of every sandboxed call of one evaluation for eval.log."""
+
+    def __init__(self, inner: Sandbox):
+        self.inner = inner
+        self.calls: list[tuple[str, Any]] = []
+        self.notes: list[str] = []
+
+    def call(self, entry: str, payload: Mapping[str, Any], **kw: Any) -> Any:
+        res = self.inner.call(entry, payload, **kw)
+        self.calls.append((entry, res))
+        return res
+
+    def log(self) -> str:
+        parts = []
+        for entry, res in self.calls:
+            parts.append(
+                f"== {entry}: exit {res.returncode}, {res.wall_s:.3f} s"
+                f"{', timed out' if res.timed_out else ''}{', ' + res.error if res.error else ''}"
+            )
+            if res.stdout.strip():
+                parts.append("-- stdout\n" + res.stdout[-20000:])
+            if res.stderr.strip():
+                parts.append("-- stderr\n" + res.stderr[-20000:])
+        parts.extend(self.notes)
+        return "\n".join(parts)
+
+
+def device_for(target: TargetSpec) -> str:
+    """ "cuda" for GPU kinds on a machine with an NVIDIA driver, else "cpu".
+
+    Decided from the device node, not by importing torch: the engine must not create a CUDA
+    context before the sandbox forks its candidates.
+    """
+    gpu_kind = target.kind in ("kernel", "speculative")
+    return "cuda" if gpu_kind and Path("/dev/nvidiactl").exists() else "cpu"
+
+
+def make_sandbox(config: ExperimentConfig, target: TargetSpec, evaluator: Evaluator) -> Sandbox:
+    gpu = device_for(target) == "cuda"
+    wanted: dict[str, Any] = {
+        "timeout_s": config.sandbox.timeout_s or target.timeout_s,
+        # a CUDA context reserves terabytes of address space: RLIMIT_AS cannot bound it
+        "memory_mb": 0 if gpu else config.sandbox.memory_mb,
+        "require_isolation": config.sandbox.require_isolation,
+        "workspace": config.workspace,
+        "state_dir": config.state_dir,
+        "rw_root": config.state_dir / "worktrees",
+        "preload": tuple(type(evaluator).preload),
+        "extra_ro": (target.path,),  # the trusted target folder (evaluate.py, reference)
+        # Triton reads TRITON_INTERPRET when it is imported, i.e. in the warm zygote
+        "extra_env": {"TRITON_INTERPRET": "1"} if target.kind == "kernel" and not gpu else {},
+        "allow_gpu": gpu,
+    }
+    fields = {f.name for f in dataclasses.fields(SandboxSettings)}
+    return Sandbox(SandboxSettings(**{k: v for k, v in wanted.items() if k in fields}))

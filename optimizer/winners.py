@@ -1,0 +1,251 @@
+"""Winners: the best candidates confirmed against the seed (a paired bootstrap interval for
+timed targets, exact and held-out comparison for deterministic ones), published as pull
+branches whose message is the evidence."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from evaluators._base import EvalContext, Evaluator
+from optimizer import stats
+from optimizer.archive import Archive
+from optimizer.evaluation import device_for
+from optimizer.night import Run
+from optimizer.proposers._base import ArchiveEntry
+from optimizer.sandbox import Sandbox
+from optimizer.targets import TargetSpec
+
+log = logging.getLogger("optimizer.loop")
+
+
+def _materialize(r: Run, target: TargetSpec, entry: ArchiveEntry) -> Path:
+    """A private copy of the target folder holding ``entry``'s files (for confirmation)."""
+    folder = r.config.state_dir / "worktrees" / "_confirm" / r.config.name / target.name / entry.id
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(target.path, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    for rel, text in entry.files.items():
+        (folder / rel).write_text(text)
+    return folder
+
+
+def select_winner(
+    r: Run,
+    target: TargetSpec,
+    evaluator: Evaluator,
+    sandbox: Sandbox,
+    study: optuna.Study,
+    archive: Archive,
+) -> dict[str, Any] | None:
+    """The best candidates, confirmed against the seed: significant and held-out."""
+    seed = archive.seed
+    assert seed is not None
+    minimize = target.primary.minimize
+    contenders = [e for e in archive.best_per_structure() if e.id != seed.id][:3]
+    for best in contenders:
+        if not stats.exact_improvement(
+            seed.objectives[0], best.objectives[0], minimize=minimize, min_gain=target.min_gain
+        ):
+            r.say(
+                f"[{target.name}] no winner: best {best.id} is not {target.min_gain:.0%} "
+                "better than the seed"
+            )
+            return None
+        evidence = _confirm(r, target, evaluator, sandbox, seed, best)
+        if evidence.get("confirmed"):
+            winner = _publish(r, target, study, archive, best, evidence)
+            r.say(
+                f"[{target.name}] winner {best.id}: {evidence['headline']} -> "
+                f"{winner['pull_branch']}"
+            )
+            return winner
+        r.say(f"[{target.name}] {best.id} not confirmed: {evidence['headline']}")
+    return None
+
+
+def _confirm(
+    r: Run,
+    target: TargetSpec,
+    evaluator: Evaluator,
+    sandbox: Sandbox,
+    seed: ArchiveEntry,
+    best: ArchiveEntry,
+) -> dict[str, Any]:
+    cand_dir, seed_dir = _materialize(r, target, best), _materialize(r, target, seed)
+    io_dir = r.config.state_dir / "worktrees" / "_io" / r.config.name / target.name / "confirm"
+    scratch = r.config.state_dir / "scratch" / r.config.name / target.name / "confirm"
+    for d in (io_dir, scratch):
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+    ctx = EvalContext(
+        sandbox,
+        secrets.randbits(63),
+        scratch,
+        io_dir,
+        device=device_for(target),
+        timeout_s=max(r.config.sandbox.timeout_s or target.timeout_s, 60.0) * 4,
+    )
+    metric, minimize = target.primary.metric, target.primary.minimize
+    try:
+        if target.noise == "timing":
+            res = evaluator.compare(cand_dir, seed_dir, ctx, r.config.stats.confirm_repeats)
+            if not res.ok:
+                return {"confirmed": False, "headline": f"comparison failed: {res.reason[:200]}"}
+            ci = stats.paired_bootstrap_speedup(
+                res.samples["baseline"],
+                res.samples["candidate"],
+                minimize=minimize,
+                confidence=r.config.stats.confidence,
+                n_boot=r.config.stats.n_boot,
+                seed=r.config.seed,
+            )
+            ok = ci.significant(target.min_gain)
+            head = (
+                f"speedup {ci.speedup:.3f}x, {ci.confidence:.0%} CI [{ci.low:.3f}, "
+                f"{ci.high:.3f}] over {ci.n} interleaved pairs (needs > {1 + target.min_gain:.2f})"
+            )
+            return {
+                "confirmed": ok,
+                "headline": head,
+                "speedup": ci.speedup,
+                "low": ci.low,
+                "high": ci.high,
+                "pairs": ci.n,
+                "kind": "paired bootstrap",
+            }
+        gain = _gain(seed.objectives[0], best.objectives[0], minimize)
+        head = f"{metric} {seed.objectives[0]:.6g} -> {best.objectives[0]:.6g} ({gain:+.1%}, exact)"
+        held_c = evaluator.held_out(cand_dir, ctx)
+        held_s = evaluator.held_out(seed_dir, ctx) if held_c is not None else None
+        if held_c is None or held_s is None:
+            return {
+                "confirmed": True,
+                "headline": head + "; no held-out workload for this kind",
+                "speedup": 1 + gain,
+                "kind": "exact",
+            }
+        if not (held_c.ok and held_s.ok):
+            bad = held_c if not held_c.ok else held_s
+            return {
+                "confirmed": False,
+                "headline": f"held-out evaluation failed: {bad.reason[:200]}",
+            }
+        hc, hs = held_c.metrics[metric], held_s.metrics[metric]
+        ok = stats.exact_improvement(hs, hc, minimize=minimize, min_gain=target.min_gain)
+        hgain = _gain(hs, hc, minimize)
+        head += f"; held-out {hs:.6g} -> {hc:.6g} ({hgain:+.1%})"
+        return {
+            "confirmed": ok,
+            "headline": head,
+            "speedup": 1 + gain,
+            "held_out_gain": hgain,
+            "kind": "exact + held-out",
+            "held_out_metrics": {"seed": dict(held_s.metrics), "candidate": dict(held_c.metrics)},
+        }
+    finally:
+        for d in (cand_dir, seed_dir, io_dir, scratch):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _gain(seed: float, cand: float, minimize: bool) -> float:
+    if minimize:
+        return seed / cand - 1 if cand > 0 else float("inf")
+    return cand / seed - 1 if seed > 0 else float("inf")
+
+
+def _metric_lines(seed: Mapping[str, float], cand: Mapping[str, float]) -> list[str]:
+    def fmt(v: float | None) -> str:
+        return "-" if v is None else f"{v:.6g}"
+
+    return [
+        f"- {name}: {fmt(seed.get(name))} -> {fmt(cand.get(name))}"
+        for name in sorted(set(seed) | set(cand))
+    ]
+
+
+def _lineage(archive: Archive, entry: ArchiveEntry) -> list[ArchiveEntry]:
+    chain = [entry]
+    while chain[-1].parent_id:
+        try:
+            chain.append(archive.get(chain[-1].parent_id))
+        except KeyError:
+            break
+    return list(reversed(chain))
+
+
+def _publish(
+    r: Run,
+    target: TargetSpec,
+    study: optuna.Study,
+    archive: Archive,
+    best: ArchiveEntry,
+    evidence: dict[str, Any],
+) -> dict[str, Any]:
+    seed = archive.seed
+    assert seed is not None
+    trial = next(
+        t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("candidate") == best.id
+    )
+    run_id = trial.user_attrs.get("mlflow_run_id", "")
+    title = f"{target.name}: {evidence['headline'].split(',')[0]} ({best.id})"
+    lines = [
+        title,
+        "",
+        f"Candidate {best.id} of experiment '{r.config.name}' (night {r.summary.night}) "
+        f"improves `{target.primary.metric}` of target `{target.name}` over its seed.",
+        "",
+        "## Evidence",
+        f"- {evidence['headline']}",
+        f"- Validation: passed every stage of the `{target.kind}` evaluator (static check, "
+        "correctness against the trusted reference on fresh inputs, performance).",
+        "",
+        "## Metrics (seed -> candidate)",
+    ]
+    lines += _metric_lines(seed.metrics, best.metrics)
+    held = evidence.get("held_out_metrics")
+    if held:
+        lines += ["", "## Held-out workload (seed -> candidate)"]
+        lines += _metric_lines(held["seed"], held["candidate"])
+    if best.knobs:
+        lines += ["", "## Knobs", *(f"- {k} = {v!r}" for k, v in sorted(best.knobs.items()))]
+    lines += ["", "## Lineage"]
+    for e in _lineage(archive, best):
+        lines.append(f"- {e.id} ({e.proposer}): {e.summary[:160] or '-'}")
+    lines += [
+        "",
+        "## Records",
+        f"- MLflow run: {run_id} (experiment '{r.config.name}')",
+        f"- Optuna study: {study.study_name}, trial {trial.number}",
+        f"- Candidate branch: {r.ws.candidate_branch(target.name, best.id)}",
+    ]
+    if target.kind == "speculative" and run_id:
+        try:
+            version = r.tracker.register_model(run_id, "draft", target.name)
+            lines.append(f"- MLflow model: {target.name} version {version} (the draft's weights)")
+        except Exception as exc:  # noqa: BLE001 - the pull branch matters more than the registry
+            log.warning("draft of %s not registered: %s", best.id, exc)
+    message = "\n".join(lines) + "\n"
+    branch, sha = r.ws.make_pull_branch(target.name, target.rel_path, best.files, message)
+    report = r.config.state_dir / "reports" / f"{r.config.name}-{target.name}-pr.md"
+    report.write_text(message)
+    if r.config.vcs.push:
+        r.ws.push(r.config.vcs.push, [branch])
+    if held and run_id:
+        r.tracker.log_night_metrics(
+            run_id, {f"held_out.{k}": float(v) for k, v in held["candidate"].items()}
+        )
+    winner = {
+        "candidate": best.id,
+        "pull_branch": branch,
+        "commit": sha,
+        "mlflow_run_id": run_id,
+        **{k: v for k, v in evidence.items() if k != "confirmed"},
+    }
+    study.set_user_attr("winner", winner)
+    return winner
