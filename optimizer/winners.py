@@ -193,7 +193,11 @@ def _publish(
         t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("candidate") == best.id
     )
     run_id = trial.user_attrs.get("mlflow_run_id", "")
-    title = f"{target.name}: {evidence['headline'].split(',')[0]} ({best.id})"
+    metric = target.primary.metric
+    change = f"{metric} {seed.objectives[0]:.4g} -> {best.objectives[0]:.4g}"
+    if evidence.get("kind") == "paired bootstrap":
+        change += f", {evidence['speedup']:.2f}x faster"
+    title = f"{target.name}: {change} ({best.id})"
     lines = [
         title,
         "",
@@ -202,8 +206,8 @@ def _publish(
         "",
         "## Evidence",
         f"- {evidence['headline']}",
-        f"- Validation: passed every stage of the `{target.kind}` evaluator (static check, "
-        "correctness against the trusted reference on fresh inputs, performance).",
+        f"- Validation: passed every stage of the `{target.kind}` evaluator: static check, "
+        "correctness against the target's trusted checks, performance.",
         "",
         "## Metrics (seed -> candidate)",
     ]

@@ -56,6 +56,9 @@ def test_end_to_end_run(toy_repo: Path) -> None:
         "targets/function/toy/program.py"
     ]
     message = _git(toy_repo, "log", "-1", "--format=%B", pr)
+    assert (
+        message.splitlines()[0] == f"toy: cost 13 -> {t.best_value:.4g} ({t.winner['candidate']})"
+    )
     assert "held-out" in message and "Lineage" in message and t.winner["candidate"] in message
     assert "## Held-out workload (seed -> candidate)" in message and "- cost: 13.5 -> " in message
     assert "state: VALID" in _git(
