@@ -303,7 +303,7 @@ def _winner_text(t: TargetReport) -> tuple[str, str]:
         text += f" (CI {float(w['low']):.3f}-{float(w['high']):.3f})"
     except (KeyError, TypeError, ValueError):
         pass  # a winner recorded without (numeric) evidence is still named
-    return text, _code(str(w.get("branch", "")))
+    return text, _code(str(w.get("pull_branch") or w.get("branch", "")))
 
 
 def _summary_row(t: TargetReport) -> list[str]:
@@ -320,7 +320,7 @@ def _summary_row(t: TargetReport) -> list[str]:
     return [
         t.target,
         ", ".join(f"{m} ({d[:3]})" for m, d in zip(t.metric_names, t.directions, strict=True)),
-        str(len(t.rows)),
+        str(sum(1 for r in t.rows if r.state != "DUPLICATE")),
         str(len(t.valid)),
         " / ".join(best_vs_seed),
         " / ".join(gains),

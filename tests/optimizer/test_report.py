@@ -133,7 +133,8 @@ def test_report_summary_table(report):
 
     sm = rows["softmax"]
     assert sm[1] == "time_s (min)"
-    assert sm[2:6] == ["9", "4", "0.8 vs 1", "+25.0%"]
+    # 9 trials, one of them a DUPLICATE: duplicates are not candidates (docs/engine.md)
+    assert sm[2:6] == ["8", "4", "0.8 vs 1", "+25.0%"]
     assert sm[6] == "c0002 1.250x (CI 1.180-1.310)"
     assert sm[7] == "`optimizer/pr/nightly/softmax`"
     # First line of each reason, most common first; PRUNED/DUPLICATE are not failures.
