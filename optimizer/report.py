@@ -438,6 +438,11 @@ def plot_best_so_far(t: TargetReport, path: Path) -> None:
             ax.axhline(seed.values[0], color="#d62728", linestyle="--", label="seed")
         ax.set_xlabel("trial number")
         ax.set_ylabel(f"{name} ({t.directions[0]})")
+        finite = [y for y in ys if math.isfinite(y)]
+        # a few candidates 1000x off the rest (a routing policy that sends everything to
+        # one replica) would flatten the curve that matters: log scale when that happens
+        if finite and min(finite) > 0 and max(finite) / min(finite) > 50:
+            ax.set_yscale("log")
         ax.legend(loc="best", fontsize="small")
     ax.set_title(f"{t.target}: best {name} so far")
     fig.savefig(path)
