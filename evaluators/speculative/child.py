@@ -20,7 +20,7 @@ import torch
 
 from evaluators.speculative.api import Draft, TargetView
 from evaluators.speculative.decoding import SpecStats, plain_decode, speculative_decode
-from evaluators.speculative.distill import make_data, train_draft
+from evaluators.speculative.distill import load_data, make_data, train_draft
 from evaluators.speculative.target import load_folder
 
 
@@ -44,9 +44,13 @@ def _prepare(model, bundle, folder: Path, name: str, p: dict[str, Any], io_dir: 
     record: dict[str, Any] = {"curve": [], "train_s": 0.0, "data_s": 0.0, "weights": ""}
     if draft.trainable:
         t0 = time.perf_counter()
-        data = make_data(model, bundle.train_tokens, n_seqs=p["distill_seqs"],
-                         prompt_len=p["distill_prompt_len"], gen_len=p["distill_gen_len"],
-                         feature_layers=tuple(draft.feature_layers), seed=p["seed"])
+        layers = tuple(draft.feature_layers)
+        if p.get("distill_path"):  # generated once by the trusted side, shared by candidates
+            data = load_data(Path(p["distill_path"]), model, layers)
+        else:
+            data = make_data(model, bundle.train_tokens, n_seqs=p["distill_seqs"],
+                             prompt_len=p["distill_prompt_len"], gen_len=p["distill_gen_len"],
+                             feature_layers=layers, seed=p["seed"])
         record["data_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         record["curve"] = train_draft(

@@ -33,6 +33,7 @@ from evaluators.speculative.checks import (
     target_marginals,
 )
 from evaluators.speculative.decoding import plain_decode
+from evaluators.speculative.distill import shared_data
 from evaluators.speculative.target import TargetBundle, load_or_build
 from optimizer.records import CandidateState, EvalResult
 
@@ -99,13 +100,25 @@ class SpeculativeEvaluator(Evaluator):
         assert src is not None
         for name in ("meta.json", "tokenizer.json", "target.safetensors", "tokens.safetensors"):
             shutil.copyfile(src / name, dest / name)
+        shutil.copyfile(self._distill_file(), dest / "distill.safetensors")
         return dest
+
+    def _distill_file(self) -> Path:
+        """Distillation sequences shared by every candidate of this target (generated once,
+        next to the cached target; a fixed seed, so candidates differ only in their draft)."""
+        s, bundle = self.s, self.bundle()
+        assert bundle.folder is not None
+        return shared_data(bundle.model, bundle.train_tokens, bundle.folder,
+                           n_seqs=s["distill_seqs"], prompt_len=s["distill_prompt_len"],
+                           gen_len=s["distill_gen_len"])
 
     def _payload(self, ctx: EvalContext, prompts: list[list[int]], sample_prompt: list[int],
                  **extra: Any) -> dict[str, Any]:
         s = self.s
+        target_dir = self._stage_target(ctx)
         return {
-            "target_dir": str(self._stage_target(ctx)), "prompts": prompts,
+            "target_dir": str(target_dir), "distill_path": str(target_dir / "distill.safetensors"),
+            "prompts": prompts,
             "n_new": s["n_new"],
             "ks": list(s["ks"]), "repeats": s["repeats"], "seed": ctx.seed % (2**31),
             "train_s": float(s["train_s"]), "max_steps": int(s["max_steps"]),

@@ -20,8 +20,8 @@ HEADS = 4  # knob: choices=[2, 4, 8]
 FFN_MULT = 2  # knob: choices=[1, 2, 4]
 FEAT_WEIGHT = 0.1  # knob: float 0.0..1.0
 FEAT_NOISE = 0.1  # knob: float 0.0..0.5
-LR = 3e-3  # knob: float 1e-4..1e-2 log
-BATCH = 16  # knob: choices=[8, 16, 32]
+LR = 3e-3  # knob: float 1e-3..2e-2 log
+BATCH = 16  # knob: choices=[16, 32, 64]
 
 
 def _layers(n_layers: int) -> tuple[int, ...]:
