@@ -130,8 +130,15 @@ class Tracker:
                 self.client.restore_experiment(found.experiment_id)
             return str(found.experiment_id)
         location = self.artifact_root.as_uri() if self.artifact_root else None
+        # MLflow 3's UI opens an experiment in its GenAI view unless told it holds runs;
+        # the nested night/candidate runs are what people come to see
+        tags = {"mlflow.experimentKind": "custom_model_development"}
         try:
-            return str(self.client.create_experiment(self.experiment, artifact_location=location))
+            return str(
+                self.client.create_experiment(
+                    self.experiment, artifact_location=location, tags=tags
+                )
+            )
         except MlflowException:
             # Another worker created it between our lookup and create.
             again = self.client.get_experiment_by_name(self.experiment)

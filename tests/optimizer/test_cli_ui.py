@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -82,6 +84,8 @@ def test_ui_serves_the_nights_runs(
         candidates = sorted(t["optimizer.candidate"] for t in tags if "optimizer.candidate" in t)
         assert candidates == ["c0001", "c0002", "c0003"]
         assert sum(1 for t in tags if "optimizer.night" in t) == 1
+        night = next(t["mlflow.runName"] for t in tags if "optimizer.night" in t)
+        _check_in_browser(f"{base}/#/experiments/{exp['experiment_id']}/runs", night)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
@@ -94,6 +98,37 @@ def test_ui_serves_the_nights_runs(
             break
         time.sleep(0.5)
     assert not left, f"{len(left)} MLflow server process(es) left running"
+
+
+def _check_in_browser(url: str, night: str) -> None:
+    """A real browser renders the runs page and shows the night (skipped without one)."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("no chromium here for the browser check (apt-get install chromium)")
+    with tempfile.TemporaryDirectory() as profile:
+        dom = subprocess.run(
+            [
+                browser,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={profile}",
+                "--window-size=1400,900",
+                "--virtual-time-budget=15000",
+                "--dump-dom",
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
+    assert night in dom, "the night's parent run is not on the rendered runs page"
+    assert "matching runs" in dom
 
 
 def _cmdline_has(proc_dir: Path, needle: str) -> bool:
