@@ -101,7 +101,10 @@ class Tracker:
         _quiet_mlflow()
         self.uri = uri
         self.experiment = experiment
-        self.artifact_root = Path(artifact_root).resolve() if artifact_root else None
+        # a tracking server keeps the artifacts itself (proxied); a local folder would leave
+        # them on whichever machine ran the night
+        remote = uri.startswith(("http://", "https://"))
+        self.artifact_root = Path(artifact_root).resolve() if artifact_root and not remote else None
         try:
             with warnings.catch_warnings():
                 # MLflow's own SQLAlchemy mappings trigger this once per process.
