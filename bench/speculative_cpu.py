@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 from evaluators.speculative import child  # noqa: E402
 from evaluators.speculative.checks import first_divergence  # noqa: E402
 from evaluators.speculative.decoding import plain_decode  # noqa: E402
+from evaluators.speculative.distill import shared_data  # noqa: E402
 from evaluators.speculative.evaluator import DEFAULTS, summarize  # noqa: E402
 from evaluators.speculative.target import load_or_build  # noqa: E402
 
@@ -60,8 +61,12 @@ def main() -> None:
               "settings": {k: s[k] for k in ("prompts", "prompt_len", "n_new", "ks", "train_s",
                                              "repeats")},
               "drafts": {}}
+    distill = shared_data(bundle.model, bundle.train_tokens, bundle.folder,
+                          n_seqs=s["distill_seqs"], prompt_len=s["distill_prompt_len"],
+                          gen_len=s["distill_gen_len"])  # as the nightly: made once, shared
     for name in args.drafts.split(","):
-        payload = {"target_dir": str(bundle.folder), "prompts": prompts, "n_new": s["n_new"],
+        payload = {"target_dir": str(bundle.folder), "distill_path": str(distill),
+                   "prompts": prompts, "n_new": s["n_new"],
                    "ks": s["ks"], "repeats": s["repeats"], "seed": args.seed,
                    "train_s": s["train_s"], "max_steps": s["max_steps"],
                    "distill_seqs": s["distill_seqs"],

@@ -29,7 +29,11 @@ sys.path.insert(0, str(ROOT))
 
 from evaluators.speculative.api import TargetView  # noqa: E402
 from evaluators.speculative.bpe import train_bpe  # noqa: E402
-from evaluators.speculative.checks import expected_speedup, first_divergence  # noqa: E402
+from evaluators.speculative.checks import (  # noqa: E402
+    cache_divergence,
+    expected_speedup,
+    first_divergence,
+)
 from evaluators.speculative.decoding import (  # noqa: E402
     SpecStats,
     plain_decode,
@@ -59,6 +63,37 @@ def timed(fn, dev):
     out = fn()
     sync(dev)
     return out, time.perf_counter() - t0
+
+
+@torch.no_grad()
+def cache_check(model, prompts, refs) -> dict[str, Any]:
+    """Cached decoding against the full forward (the drafts train on full-forward features).
+
+    Both the reference and the speculative outputs are decoded on the KV cache, so a cache
+    path that computes something else passes the losslessness check unseen; this records
+    the largest logit difference of a cached prompt pass plus one verification-shaped pass
+    (9 tokens on the cache) against the full forward, with the default attention kernels and
+    with the math kernel only, and whether the greedy references are the full forward's.
+    """
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def max_diff() -> float:
+        worst = 0.0
+        for p, ref in zip(prompts, refs, strict=True):
+            seq = torch.cat([p, torch.tensor(ref[:9], device=p.device)])
+            full, _ = model(seq[None])
+            cache = model.new_cache(1, len(seq))
+            a, _ = model(p[None], cache)
+            b, _ = model(seq[None, len(p):], cache)
+            worst = max(worst, float((torch.cat([a, b], 1) - full).abs().max()))
+        return worst
+
+    out: dict[str, Any] = {"max_abs_logit_diff_default": max_diff()}
+    with sdpa_kernel([SDPBackend.MATH]):
+        out["max_abs_logit_diff_math"] = max_diff()
+    out["greedy_reference_is_full_forward"] = all(
+        cache_divergence(model, p, ref, 1e-3) is None for p, ref in zip(prompts, refs, strict=True))
+    return out
 
 
 def load_draft(name: str):
@@ -117,6 +152,8 @@ def main() -> None:
         plain_decode(model, prompts[0], 8)
         refs, plain_s = timed(lambda: [plain_decode(model, p, n_new) for p in prompts], dev)
     n_tok = len(prompts) * n_new
+    result["cache_check"] = cache_check(model, prompts, refs)
+    print("cache check", result["cache_check"], flush=True)
     result["plain"] = {"tokens": n_tok, "seconds": plain_s, "tokens_per_s": n_tok / plain_s}
     result["drafts"] = {}
     for name in args.drafts.split(","):

@@ -4,6 +4,7 @@
   a mismatch it re-scores the output teacher-forced, so that a flip between two logits that
   tie to ``tie_tol`` (a k+1-token forward and a 1-token forward round differently) is not
   called a loss of losslessness, while any real departure is.
+- :func:`cache_divergence`: the target's KV-cache decoding against its own full forward.
 - :func:`chi_square_check`: the sampled output's token counts at one position against the
   target's exact distribution there, with a fixed false-alarm rate ``alpha``.
 - :func:`expected_speedup`: ``(1 - a^(k+1)) / ((1 - a)(k c + 1))`` (Leviathan et al. 2023).
@@ -35,6 +36,29 @@ def first_divergence(model, prompt: torch.Tensor, got: list[int], ref: list[int]
         if gap > tie_tol:
             return (i, got[i], best, gap)
     return None
+
+
+@torch.no_grad()
+def cache_divergence(model, prompt: torch.Tensor, out: list[int],
+                     tie_tol: float) -> tuple[int, int, int, float] | None:
+    """None when ``out`` (decoded on the KV cache) is the greedy choice of the target's full
+    forward at every position; else (position, token, full-forward token, logit gap).
+
+    Both the reference and the speculative outputs are decoded on the cache, so a cache path
+    that computes something else than the full forward (a device's attention kernel with a
+    mask, say) would pass the losslessness check unseen while the drafts, trained on
+    full-forward features, are fed different ones at decoding.
+    """
+    seq = torch.cat([prompt, torch.tensor(out, dtype=torch.int64, device=prompt.device)])
+    logits, _ = model(seq[None])
+    rows = logits[0, len(prompt) - 1 : len(prompt) - 1 + len(out)].double()
+    best = rows.argmax(-1)
+    gaps = rows.gather(1, best[:, None])[:, 0] - rows[torch.arange(len(out)), torch.tensor(out)]
+    bad = (gaps > tie_tol).nonzero()
+    if len(bad) == 0:
+        return None
+    i = int(bad[0, 0])
+    return (i, out[i], int(best[i]), float(gaps[i]))
 
 
 @torch.no_grad()

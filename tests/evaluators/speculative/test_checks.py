@@ -34,3 +34,17 @@ def test_first_divergence_names_the_position(tiny):
     pos, got, want, gap = first_divergence(tiny.model, prompt, bad, ref, 1e-4)
     assert (pos, got, want) == (7, bad[7], ref[7]) and gap > 1e-4
     assert first_divergence(tiny.model, prompt, bad, ref, float("inf")) is None
+
+
+def test_cache_divergence_accepts_cached_decoding_and_catches_another_path(tiny):
+    from evaluators.speculative.checks import cache_divergence
+    from evaluators.speculative.decoding import plain_decode
+
+    prompt = tiny.heldout_tokens[:24]
+    out = plain_decode(tiny.model, prompt, 20)
+    assert cache_divergence(tiny.model, prompt, out, 1e-4) is None
+    bad = list(out)
+    logits, _ = tiny.model(torch.cat([prompt, torch.tensor(out)])[None])
+    bad[7] = int(logits[0, len(prompt) + 6].argsort()[-2])  # the runner-up: a real change
+    pos, tok, want, gap = cache_divergence(tiny.model, prompt, bad, 1e-4)
+    assert (pos, tok, want) == (7, bad[7], out[7]) and gap > 1e-4
