@@ -111,6 +111,12 @@ def check(payload: dict, io_dir: Path) -> dict:
     from evaluators.numerics import as_list
 
     _install_poison(torch)
+    from evaluators.kernels_audit import ForwardAudit, install_tripwires, triton_launch_codes
+
+    # before the candidate is imported: it must not capture the real mode-popping functions,
+    # nor patch or shadow triton's launch code
+    launch_codes = triton_launch_codes()
+    install_tripwires()
     mod = _load(Path.cwd() / payload.get("module", "kernel.py"), "candidate_kernel")
     if not hasattr(mod, "ModelNew"):
         return {"error": "kernel.py defines no ModelNew class"}
@@ -146,10 +152,19 @@ def check(payload: dict, io_dir: Path) -> dict:
             else:
                 live_call = live
             _poison_allocator(torch, device, w["expect"])
-            with torch.no_grad():
-                out = as_list(model(*live_call))
+            audit = ForwardAudit(launch_codes)
+            try:
+                with torch.no_grad(), audit:
+                    out = as_list(model(*live_call))
+            except Exception:
+                # torch compute that then crashed (numpy has no bfloat16) is still torch compute
+                if not audit.problems():
+                    raise
+                res["problems"] += audit.problems()
+                break
             if device == "cuda":
                 torch.cuda.synchronize()
+            res["problems"] += audit.problems()
             res["problems"] += _storage_problems(torch, out, live_call, earlier, device)
             earlier += [o for o in out if isinstance(o, torch.Tensor)]
             save_file(

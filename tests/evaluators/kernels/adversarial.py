@@ -148,3 +148,57 @@ class ModelNew(nn.Module):
     ("backend_flags", "REJECTED", "precision",
      _src(header=HEADER + "torch.backends.cuda.matmul.allow_tf32 = True\n")),
 ]
+
+# compute the static check cannot see; the runtime audit around forward stops it
+_AUDIT = "runtime audit"
+
+
+def _hidden(body: str) -> str:
+    """A kernel.py with the honest kernel present (the static check passes) whose forward
+    does the work in torch by ``body`` (indented into forward)."""
+    return _src(model="\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+                + "".join(f"        {line}\n" for line in body.strip().splitlines()))
+
+
+AUDIT_CASES = [
+    ("operator_compute", "REJECTED", _AUDIT,
+     _hidden("y = run(x)\nreturn y * 2 - y")),
+    ("getattr_methods", "REJECTED", _AUDIT,
+     _hidden('e = getattr(torch, "ex" + "p")(x - getattr(x, "am" + "ax")(-1, keepdim=True))\n'
+             'return e / getattr(e, "su" + "m")(-1, keepdim=True)')),
+    ("aten_op_direct", "REJECTED", _AUDIT,
+     _hidden('aten = getattr(torch, "o" + "ps").aten\n'
+             'return aten._softmax.default(x, -1, False)')),
+    ("functional_alias", "REJECTED", _AUDIT,
+     _hidden("act = torch.nn.functional.softmax\nreturn act(x, dim=-1)")),
+    ("pop_dispatch_mode", "REJECTED", "removed from the mode stack",
+     _hidden('getattr(getattr(torch, "_" + "C"), "_pop_torch_dispatch_stack")(None)\n'
+             'return getattr(torch, "soft" + "max")(x, -1)')),
+    ("pop_and_restore_mode", "REJECTED", "disables the runtime torch audit",
+     _hidden('c = getattr(torch, "_" + "C")\n'
+             'mode = getattr(c, "_pop_torch_dispatch_stack")(None)\n'
+             'y = getattr(torch, "soft" + "max")(x, -1)\n'
+             'getattr(c, "_push_on_torch_dispatch_stack")(mode)\n'
+             'return y')),
+    ("exclude_python_key", "REJECTED", "disables the runtime torch audit",
+     _hidden('c = getattr(torch, "_" + "C")\n'
+             'keys = c.DispatchKeySet(c.DispatchKey.Python)\n'
+             'with getattr(c, "_ExcludeDispatchKeyGuard")(keys):\n'
+             '    y = getattr(torch, "soft" + "max")(x, -1)\n'
+             'return y')),
+    # a function whose code claims to live in triton's interpreter (where host copies are
+    # allowed): only triton's real code objects are exempt, so the multiply is still charged
+    ("forged_triton_frame", "REJECTED", _AUDIT,
+     _hidden('def double(t):\n    return t * 2\n'
+             'code = getattr(double, "__co" + "de__")\n'
+             'path = getattr(triton, "__fi" + "le__").replace("__init__.py", '
+             '"runtime/interpreter.py")\n'
+             'forged = type(double)(getattr(code, "repl" + "ace")(co_filename=path), {})\n'
+             'y = run(x)\nreturn forged(y) - y')),
+    ("numpy_on_cpu_copy", "REJECTED", _AUDIT,
+     _hidden('n = getattr(getattr(x, "cp" + "u")(), "num" + "py")()\n'
+             'e = 2.718281828459045 ** (n - getattr(n, "m" + "ax")(-1, keepdims=True))\n'
+             'y = torch.empty_like(x)\n'
+             'getattr(y, "num" + "py")()[:] = e / getattr(e, "su" + "m")(-1, keepdims=True)\n'
+             'return y')),
+]

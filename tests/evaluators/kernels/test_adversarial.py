@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from evaluators.kernels import NO_GPU
+from evaluators.static_checks import check_source
 
 _spec = importlib.util.spec_from_file_location(
     "adversarial_cases", Path(__file__).with_name("adversarial.py"))
@@ -33,3 +34,14 @@ def test_there_are_at_least_fifteen_distinct_attacks():
     assert len({c[0] for c in cases.CASES}) >= 15
     runtime = [c for c in cases.CASES if c[1] == "INVALID"]
     assert len(runtime) >= 8  # caught by running, not only by reading the source
+
+
+@pytest.mark.parametrize("name,state,phrase,source", cases.AUDIT_CASES,
+                         ids=[c[0] for c in cases.AUDIT_CASES])
+def test_torch_compute_hidden_from_the_static_check_is_caught_at_run_time(
+        kernel_eval, name, state, phrase, source):
+    assert check_source(source) == [], f"{name} should get past the static check"
+    res = kernel_eval("softmax", source)
+    assert res.state.value == state, f"{name}: {res.state.value}: {res.reason}"
+    assert phrase.lower() in res.reason.lower(), f"{name}: {res.reason}"
+    assert res.stage == "correctness"

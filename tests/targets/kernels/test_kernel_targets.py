@@ -56,3 +56,23 @@ def test_seed_is_correct_on_cpu(name, tmp_path):
     res = KernelEvaluator(spec).evaluate(spec.path, ctx)
     assert res.state.value == "PRUNED" and res.reason == NO_GPU, res.reason
     assert any(k.startswith("norm_err/") for k in res.metrics)
+
+
+VARIANTS = sorted(str(p.relative_to(KERNELS)) for p in KERNELS.glob("*/variants/*.py"))
+
+
+@pytest.mark.parametrize("rel", VARIANTS)
+def test_variant_is_correct_on_cpu_under_the_runtime_audit(rel, tmp_path):
+    # variants are searched by the benchmark, so they face the same sandboxed check as a seed
+    # (the runtime torch audit included: no aten compute outside Triton)
+    name = rel.split("/")[0]
+    spec = load_target(KERNELS / name, ROOT)
+    cand = tmp_path / "cand"
+    cand.mkdir()
+    (cand / "kernel.py").write_text((KERNELS / rel).read_text())
+    io = tmp_path / "io"
+    io.mkdir()
+    ctx = EvalContext(Sandbox(), seed=random.getrandbits(31), scratch=tmp_path, io_dir=io,
+                      device="cpu", timeout_s=120)
+    res = KernelEvaluator(spec).evaluate(cand, ctx)
+    assert res.state.value == "PRUNED" and res.reason == NO_GPU, res.reason
