@@ -216,19 +216,19 @@ class ForwardAudit:
 
     # -- recording -------------------------------------------------------------------
     def _see(self, op: str, packet: str, aten: bool) -> None:
-        frame = sys._getframe(2)
+        frame: types.FrameType | None = sys._getframe(2)
         while frame is not None and (frame.f_code.co_filename.startswith(_TORCH_DIR)
                                      or os.path.abspath(frame.f_code.co_filename) == _THIS):
             frame = frame.f_back
-        if frame is None:
-            return
-        if frame.f_code in self._triton:
+        if frame is not None and frame.f_code in self._triton:
             if packet in TRITON_OPS or not aten:
                 return
         elif aten and packet in CANDIDATE_OPS:
             return
-        code = frame.f_code
-        where = f"{os.path.basename(code.co_filename)}:{frame.f_lineno} in {code.co_name}"
+        where = "an unknown frame"  # no frame outside torch: charged, never waved through
+        if frame is not None:
+            code = frame.f_code
+            where = f"{os.path.basename(code.co_filename)}:{frame.f_lineno} in {code.co_name}"
         self._count += 1
         self._events.append(AuditEvent(op, where))
 
