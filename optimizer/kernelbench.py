@@ -53,8 +53,7 @@ def _safe_name(text: str) -> str:
 
 
 def _load(problem_file: Path):
-    spec = importlib.util.spec_from_file_location(f"_kb_{abs(hash(problem_file))}",
-                                                  problem_file)
+    spec = importlib.util.spec_from_file_location(f"_kb_{abs(hash(problem_file))}", problem_file)
     if spec is None or spec.loader is None:
         raise ConfigError("cannot import the problem file", file=str(problem_file))
     mod = importlib.util.module_from_spec(spec)
@@ -62,8 +61,11 @@ def _load(problem_file: Path):
     spec.loader.exec_module(mod)
     for attr in ("Model", "get_inputs", "get_init_inputs"):
         if not hasattr(mod, attr):
-            raise ConfigError(f"a KernelBench problem defines Model, get_inputs and "
-                              f"get_init_inputs; '{attr}' is missing", file=str(problem_file))
+            raise ConfigError(
+                f"a KernelBench problem defines Model, get_inputs and "
+                f"get_init_inputs; '{attr}' is missing",
+                file=str(problem_file),
+            )
     return mod
 
 
@@ -117,8 +119,10 @@ def import_kernelbench(problem_file: Path, dest_dir: Path, name: str | None = No
     inputs = list(mod.get_inputs())
     init = list(mod.get_init_inputs())
     if not all(isinstance(v, bool | int | float | str) for v in init):
-        raise ConfigError("get_init_inputs() must return numbers or strings to be written "
-                          "into target.toml", file=str(problem_file))
+        raise ConfigError(
+            "get_init_inputs() must return numbers or strings to be written into target.toml",
+            file=str(problem_file),
+        )
     shapes = []
     elements = 0
     float_dtypes = set()
@@ -152,8 +156,14 @@ def import_kernelbench(problem_file: Path, dest_dir: Path, name: str | None = No
         'distributions = ["normal", "uniform", "wide", "negative"]',
     ]
     for wname, device in workloads:
-        lines += ["", "[[evaluator.workloads]]", f'name = "{wname}"', f'device = "{device}"',
-                  "args = {}", f"init = {_toml_value(init)}"]
+        lines += [
+            "",
+            "[[evaluator.workloads]]",
+            f'name = "{wname}"',
+            f'device = "{device}"',
+            "args = {}",
+            f"init = {_toml_value(init)}",
+        ]
         if float_dtypes == {"bfloat16"} and device == "cpu":
             lines.append('skip = "bf16 inputs: checked natively on the GPU"')
     folder.mkdir(parents=True)

@@ -120,8 +120,7 @@ def relative_gain(baseline: float, candidate: float, *, minimize: bool) -> float
     """
     if not (math.isfinite(baseline) and math.isfinite(candidate)):
         raise ValueError(
-            f"relative gain needs finite values, got baseline={baseline!r}, "
-            f"candidate={candidate!r}"
+            f"relative gain needs finite values, got baseline={baseline!r}, candidate={candidate!r}"
         )
     if baseline > 0 and candidate > 0:
         return baseline / candidate - 1.0 if minimize else candidate / baseline - 1.0
