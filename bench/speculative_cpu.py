@@ -61,6 +61,7 @@ def main() -> None:
               "settings": {k: s[k] for k in ("prompts", "prompt_len", "n_new", "ks", "train_s",
                                              "repeats")},
               "drafts": {}}
+    assert bundle.folder is not None  # load_or_build always caches
     distill = shared_data(bundle.model, bundle.train_tokens, bundle.folder,
                           n_seqs=s["distill_seqs"], prompt_len=s["distill_prompt_len"],
                           gen_len=s["distill_gen_len"])  # as the nightly: made once, shared
