@@ -121,7 +121,12 @@ def _parser() -> argparse.ArgumentParser:
 
     kb = sub.add_parser("import-kernelbench", help="turn a KernelBench problem into a target")
     kb.add_argument("file", type=Path)
-    kb.add_argument("--dest", type=Path, help="target folder (default targets/kernels/kb_<name>)")
+    kb.add_argument(
+        "--dest",
+        type=Path,
+        default=Path("targets/kernels"),
+        help="folder the new target folder goes into (default targets/kernels)",
+    )
     kb.add_argument("--name", help="target name (default: from the file name)")
     kb.set_defaults(func=cmd_import_kernelbench)
     return p
@@ -401,9 +406,9 @@ def _stop_group(proc: subprocess.Popen[bytes]) -> None:
 def cmd_import_kernelbench(args: argparse.Namespace) -> int:
     from optimizer.kernelbench import import_kernelbench
 
-    name = args.name or args.file.stem.lower().replace("-", "_")
-    dest = args.dest or Path("targets/kernels") / f"kb_{name}"
-    folder = import_kernelbench(args.file, dest, args.name)
+    if not args.file.is_file():
+        raise ConfigError(f"{args.file}: no such KernelBench problem file")
+    folder = import_kernelbench(args.file, args.dest, args.name)
     print(f'target written to {folder}; add it to an experiment with [[targets]] path = "{folder}"')
     return 0
 
