@@ -37,7 +37,8 @@ def _load_module(path: Path, name: str):
 def _prepare(model, bundle, folder: Path, name: str, p: dict[str, Any], io_dir: Path) -> dict:
     """Build and distil the draft in ``folder``; returns the draft and its training record."""
     mod = _load_module(folder / "draft.py", name)
-    torch.manual_seed(p["seed"])
+    seed = int(p.get("train_seed", p["seed"]))  # initialisation and batch order
+    torch.manual_seed(seed)
     draft: Draft = mod.build(TargetView.of(model))
     if not isinstance(draft, Draft):
         raise TypeError("build() must return an evaluators.speculative.api.Draft")
@@ -55,7 +56,7 @@ def _prepare(model, bundle, folder: Path, name: str, p: dict[str, Any], io_dir: 
         t0 = time.perf_counter()
         record["curve"] = train_draft(
             draft, data, lr=float(getattr(mod, "LR", 3e-3)), batch=int(getattr(mod, "BATCH", 16)),
-            max_s=p["train_s"], max_steps=p["max_steps"], seed=p["seed"],
+            max_s=p["train_s"], max_steps=p["max_steps"], seed=seed,
             weight_decay=float(getattr(mod, "WEIGHT_DECAY", 0.0)))
         record["train_s"] = time.perf_counter() - t0
         own, seen = {}, set()

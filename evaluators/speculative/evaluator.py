@@ -12,7 +12,8 @@ token distributions, and the child's timings must fit inside the sandbox's wall 
 ``prompts``, ``prompt_len``, ``n_new``, ``ks``, ``train_s``, ``max_steps``,
 ``distill_seqs``, ``distill_prompt_len``, ``distill_gen_len``, ``repeats``, ``sampling_n``,
 ``sampling_k``, ``temperature``, ``alpha``, ``tie_tol``, ``threads``, ``timing_seed`` (the
-held-out prompts timed and checked for every candidate of a target are drawn with it).
+held-out prompts timed and checked, and the draft's initialisation, for every candidate of
+a target).
 """
 
 from __future__ import annotations
@@ -186,14 +187,17 @@ class SpeculativeEvaluator(Evaluator):
         if key in self._runs:
             resp, wall = self._runs[key]
             return None, resp, wall
-        # Timed prompts are the same for every candidate: with fresh ones, the seed draft's
-        # mean accepted length moved between 3.9 and 7.5 from one draw of 4 prompts to the
-        # next (a spec-only night, 2026-11-29), which buried the drafts' differences. The
-        # sampled check and the winners' comparison (compare) still draw fresh prompts.
-        prompts, _ = self._prompts(int(self.s["timing_seed"]))
+        # Timed prompts and the draft's initialisation are the same for every candidate
+        # (common random numbers): with fresh ones, the seed draft's mean accepted length
+        # moved between 3.9 and 7.5 from one draw of 4 prompts to the next, and by 2.8-3.3
+        # between training seeds on the same prompts (2 cores, 2026-11-29), which buried the
+        # knobs' effects. The sampled check and the winners' compare stay fresh.
+        fixed = int(self.s["timing_seed"])
+        prompts, _ = self._prompts(fixed)
         _, sample_prompt = self._prompts(ctx.seed)
         call = ctx.run("evaluators.speculative.child:run_draft",
-                       self._payload(ctx, prompts, sample_prompt), workdir=cand_dir)
+                       self._payload(ctx, prompts, sample_prompt, train_seed=fixed),
+                       workdir=cand_dir)
         failed = result_from_call(call, "correctness")
         if failed is not None:
             return failed, {}, call.wall_s
