@@ -107,3 +107,40 @@ def toy_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def experiment_writer():
     """The ``write_experiment`` helper, as a fixture (test modules cannot import conftest)."""
     return write_experiment
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_healthy(base: str, proc: subprocess.Popen, what: str, timeout_s: float = 90) -> None:
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"{base}/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        assert proc.poll() is None, f"{what} exited"
+        assert time.monotonic() < deadline, f"{what} did not come up within {timeout_s:.0f} s"
+        time.sleep(0.5)
+
+
+@pytest.fixture
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    return _free_port()
+
+
+@pytest.fixture
+def wait_healthy():
+    """``wait_healthy(base_url, process, what)``: poll ``/health`` until it answers 200."""
+    return _wait_healthy

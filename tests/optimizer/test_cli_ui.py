@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,12 +18,6 @@ import pytest
 from optimizer.cli import main
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _post(url: str, body: dict) -> dict:
     req = urllib.request.Request(
         url, json.dumps(body).encode(), {"Content-Type": "application/json"}
@@ -35,11 +28,15 @@ def _post(url: str, body: dict) -> dict:
 
 @pytest.mark.slow
 def test_ui_serves_the_nights_runs(
-    toy_repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    toy_repo: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    free_port: int,
+    wait_healthy,
 ) -> None:
     monkeypatch.chdir(toy_repo)
     assert main(["run", "experiments/toy.toml", "--set", "budget.max_candidates=3"]) == 0
-    port = _free_port()
+    port = free_port
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -58,17 +55,7 @@ def test_ui_serves_the_nights_runs(
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            assert proc.poll() is None, "the UI process exited"
-            assert time.monotonic() < deadline, "the UI did not come up within 90 s"
-            time.sleep(0.5)
+        wait_healthy(base, proc, "the UI")
         with urllib.request.urlopen(base + "/", timeout=5) as resp:
             assert resp.status == 200 and b"<html" in resp.read().lower()
         exp = json.loads(

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,15 +15,11 @@ from optimizer.loop import run
 from optimizer.status import collect_status
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.slow
-def test_night_on_a_tracking_server(toy_repo: Path, tmp_path: Path) -> None:
-    port = _free_port()
+def test_night_on_a_tracking_server(
+    toy_repo: Path, tmp_path: Path, free_port: int, wait_healthy
+) -> None:
+    port = free_port
     store = tmp_path / "server"
     store.mkdir()
     server = subprocess.Popen(
@@ -52,17 +45,7 @@ def test_night_on_a_tracking_server(toy_repo: Path, tmp_path: Path) -> None:
     )
     uri = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{uri}/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            assert server.poll() is None, "the tracking server exited"
-            assert time.monotonic() < deadline, "the tracking server did not start in 90 s"
-            time.sleep(0.5)
+        wait_healthy(uri, server, "the tracking server")
         cfg = load_experiment(
             toy_repo / "experiments/toy.toml",
             ["budget.max_candidates=4", f'tracking.uri="{uri}"'],
