@@ -132,6 +132,7 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
     archive = Archive(target)
     recover_interrupted(r, study, target)
     load_archive(r, study, target, archive)
+    earlier = len(archive.entries)  # candidates of earlier nights
     rng = random.Random(f"{r.config.seed}/{target.name}/{len(archive.entries)}")
     search_deadline = deadline - CONFIRM_SHARE * max(0.0, deadline - time.monotonic())
     dup_streak = 0
@@ -153,7 +154,7 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
             else:
                 out.note = f"seed program is not valid ({why[:300]}); nothing to optimise against"
             r.say(f"[{target.name}] {out.note}")
-            return _finish_summary(out, archive, study)
+            return _finish_summary(out, archive, earlier)
         while True:
             next_usd = r.ledger.estimate_next_usd(target.name) if r.budget.usd else 0.0
             stop = r.budget.exhausted(next_usd)
@@ -197,7 +198,7 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
                 break
         if not r.budget.stop.is_set():
             out.winner = select_winner(r, target, evaluator, sandbox, study, archive)
-    return _finish_summary(out, archive, study)
+    return _finish_summary(out, archive, earlier)
 
 
 def _candidate(
@@ -384,8 +385,9 @@ def _next_number(archive: Archive) -> int:
     return 1 + max((int(e.id[1:]) for e in archive.entries), default=0)
 
 
-def _finish_summary(out: TargetSummary, archive: Archive, study: optuna.Study) -> TargetSummary:
-    for e in archive.entries:
+def _finish_summary(out: TargetSummary, archive: Archive, earlier: int) -> TargetSummary:
+    """States of this night's candidates; seed and best over every night of the study."""
+    for e in archive.entries[earlier:]:
         out.states[e.state.value] = out.states.get(e.state.value, 0) + 1
     if archive.seed and archive.seed.objectives:
         out.seed_value = archive.seed.objectives[0]
