@@ -201,3 +201,18 @@ def test_branches_list_and_prune(
     assert "deleted 5" in capsys.readouterr().out
     assert _branches(toy_repo, "optimizer/toy") == []
     assert _branches(toy_repo, "optimizer/pr") == ["optimizer/pr/toy/toy"]
+
+
+def test_a_second_night_continues_the_study(toy_repo: Path) -> None:
+    cfg = load_experiment(
+        toy_repo / "experiments/toy.toml", ["budget.max_candidates=4"], workspace=toy_repo
+    )
+    first = run(cfg, say=lambda s: None)
+    second = run(cfg, say=lambda s: None)
+    assert first.night != second.night
+    (t,) = second.targets
+    assert t.candidates == 4 and sum(t.states.values()) == 4  # the seed is not evaluated again
+    assert t.seed_value == pytest.approx(13.0)
+    ids = sorted(_branches(toy_repo, "optimizer/toy/toy"))
+    assert ids == [f"optimizer/toy/toy/c{i:04d}" for i in range(1, 9)]
+    assert collect_status(cfg)["consistent"]
