@@ -93,7 +93,11 @@ def open_night(config: ExperimentConfig, tracker: Tracker, resume: bool) -> tupl
             f"--resume: no earlier night of experiment '{config.name}' under {config.state_dir}; "
             "run without --resume to start one"
         )
-    night = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    night, n = stamp, 1
+    while tracker.find_night(night) is not None:  # two nights started in the same second
+        n += 1
+        night = f"{stamp}-{n}"
     params = {
         "experiment_file": str(config.file),
         "seed": config.seed,
