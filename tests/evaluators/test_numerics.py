@@ -20,7 +20,10 @@ def _softmax_ref(rows, cols, seed):
 @settings(max_examples=20, deadline=None)
 @given(rows=st.integers(1, 8), cols=st.integers(1024, 8192), seed=st.integers(0, 2**31 - 1))
 def test_all_zeros_softmax_fails_although_every_element_is_tiny(rows, cols, seed):
-    ref = _softmax_ref(rows, cols, seed)
+    # flat logits (randn / 4) keep every probability far below the 5e-2 bound below; plain
+    # randn put the largest one at 0.068 for one row of 1024 (seed 413)
+    g = torch.Generator().manual_seed(seed)
+    ref = torch.softmax(torch.randn(rows, cols, generator=g, dtype=torch.float64) / 4, -1)
     zeros = torch.zeros(rows, cols, dtype=torch.bfloat16)
     # an absolute per-element bound of 5e-2 alone would pass this
     assert float((zeros.double() - ref).abs().max()) < 5e-2
