@@ -220,12 +220,8 @@ def _summary_table(summary: object) -> str:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    import dataclasses
-    import secrets
-
     import evaluators
-    from evaluators._base import EvalContext
-    from optimizer.evaluation import device_for, make_sandbox
+    from optimizer.evaluation import fresh_context, make_sandbox
     from optimizer.targets import load_target
 
     workspace = _workspace_of(args.experiment) if args.experiment.exists() else Path.cwd()
@@ -262,9 +258,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         shutil.copytree(target.path, cand_dir, ignore=shutil.ignore_patterns("__pycache__"))
         for rel, src in replacements.items():
             shutil.copyfile(src, cand_dir / rel)
-        io_dir, scratch = root / "worktrees" / "_io", root / "scratch"
-        io_dir.mkdir(parents=True)
-        scratch.mkdir()
         from optimizer.config import ExperimentConfig
 
         config = ExperimentConfig(
@@ -272,14 +265,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         )
         sandbox = make_sandbox(config, target, evaluator)
         with sandbox:
-            ctx = EvalContext(
-                sandbox,
-                secrets.randbits(63),
-                scratch,
-                io_dir,
-                device=device_for(target),
-                timeout_s=target.timeout_s,
-            )
+            ctx = fresh_context(config, target, "candidate", sandbox, timeout_s=target.timeout_s)
             result = evaluator.evaluate(cand_dir, ctx)
     data = result.to_json()
     data["target"] = target.name
@@ -293,7 +279,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         for k, v in sorted(result.metrics.items()):
             print(f"  {k}: {v:.6g}")
         print(f"  evaluation took {result.cost_s:.2f} s")
-    _ = dataclasses
     return 0 if result.ok else 1
 
 

@@ -30,20 +30,9 @@ def evaluate_candidate(
     r: Run, target: TargetSpec, evaluator: Evaluator, sandbox: Sandbox, cid: str, cand_dir: Path
 ) -> tuple[EvalResult, str]:
     """Run the evaluator's stages; anything that goes wrong is a state with a reason."""
-    io_dir = io_dir_of(r, target, cid)
-    scratch = r.config.state_dir / "scratch" / r.config.name / target.name / cid
-    for d in (io_dir, scratch):
-        shutil.rmtree(d, ignore_errors=True)
-        d.mkdir(parents=True)
     recorder = RecordingSandbox(sandbox)
-    ctx = EvalContext(
-        recorder,
-        secrets.randbits(63),
-        scratch,
-        io_dir,
-        device=device_for(target),
-        timeout_s=r.config.sandbox.timeout_s or target.timeout_s,
-    )
+    timeout_s = r.config.sandbox.timeout_s or target.timeout_s
+    ctx = fresh_context(r.config, target, cid, recorder, timeout_s=timeout_s)
     start = time.perf_counter()
     try:
         result = evaluator.evaluate(cand_dir, ctx)
@@ -56,12 +45,36 @@ def evaluate_candidate(
         )
     if not result.cost_s:
         result = dataclasses.replace(result, cost_s=time.perf_counter() - start)
-    shutil.rmtree(scratch, ignore_errors=True)
+    shutil.rmtree(ctx.scratch, ignore_errors=True)
     return result, recorder.log()  # io_dir stays until its outputs are logged
 
 
-def io_dir_of(r: Run, target: TargetSpec, cid: str) -> Path:
-    return r.config.state_dir / "worktrees" / "_io" / r.config.name / target.name / cid
+def io_dir_of(config: ExperimentConfig, target: TargetSpec, key: str) -> Path:
+    """Shared with the candidate: under the sandbox's writable root (``worktrees/``)."""
+    return config.state_dir / "worktrees" / "_io" / config.name / target.name / key
+
+
+def fresh_context(
+    config: ExperimentConfig, target: TargetSpec, key: str, sandbox: Any, *, timeout_s: float
+) -> EvalContext:
+    """An evaluation context with empty private directories and a fresh hidden seed.
+
+    ``scratch`` lies outside the sandbox's writable root (the candidate never sees it);
+    ``io_dir`` is what the candidate's process reads inputs from and writes outputs to.
+    """
+    io_dir = io_dir_of(config, target, key)
+    scratch = config.state_dir / "scratch" / config.name / target.name / key
+    for d in (io_dir, scratch):
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+    return EvalContext(
+        sandbox,
+        secrets.randbits(63),
+        scratch,
+        io_dir,
+        device=device_for(target),
+        timeout_s=timeout_s,
+    )
 
 
 def log_outputs(r: Run, run_id: str, result: EvalResult, io_dir: Path) -> None:

@@ -281,7 +281,7 @@ def _candidate(
         response=proposal.response,
         eval_log=eval_log,
     )
-    log_outputs(r, run_id, result, io_dir_of(r, target, cid))
+    log_outputs(r, run_id, result, io_dir_of(r.config, target, cid))
     set_result_attrs(trial, result, commit, run_id)
     tell(study, trial, result)
     if not r.config.vcs.keep_worktrees:

@@ -5,7 +5,6 @@ branches whose message is the evidence."""
 from __future__ import annotations
 
 import logging
-import secrets
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,10 +12,10 @@ from typing import Any
 
 import optuna
 
-from evaluators._base import EvalContext, Evaluator
+from evaluators._base import Evaluator
 from optimizer import stats
 from optimizer.archive import Archive
-from optimizer.evaluation import device_for
+from optimizer.evaluation import fresh_context
 from optimizer.night import Run
 from optimizer.proposers._base import ArchiveEntry
 from optimizer.sandbox import Sandbox
@@ -78,19 +77,8 @@ def _confirm(
     best: ArchiveEntry,
 ) -> dict[str, Any]:
     cand_dir, seed_dir = _materialize(r, target, best), _materialize(r, target, seed)
-    io_dir = r.config.state_dir / "worktrees" / "_io" / r.config.name / target.name / "confirm"
-    scratch = r.config.state_dir / "scratch" / r.config.name / target.name / "confirm"
-    for d in (io_dir, scratch):
-        shutil.rmtree(d, ignore_errors=True)
-        d.mkdir(parents=True)
-    ctx = EvalContext(
-        sandbox,
-        secrets.randbits(63),
-        scratch,
-        io_dir,
-        device=device_for(target),
-        timeout_s=max(r.config.sandbox.timeout_s or target.timeout_s, 60.0) * 4,
-    )
+    timeout_s = max(r.config.sandbox.timeout_s or target.timeout_s, 60.0) * 4
+    ctx = fresh_context(r.config, target, "confirm", sandbox, timeout_s=timeout_s)
     metric, minimize = target.primary.metric, target.primary.minimize
     try:
         if target.noise == "timing":
@@ -149,7 +137,7 @@ def _confirm(
             "held_out_metrics": {"seed": dict(held_s.metrics), "candidate": dict(held_c.metrics)},
         }
     finally:
-        for d in (cand_dir, seed_dir, io_dir, scratch):
+        for d in (cand_dir, seed_dir, ctx.io_dir, ctx.scratch):
             shutil.rmtree(d, ignore_errors=True)
 
 
