@@ -260,6 +260,23 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, *, allow_downc
     return Verdict(False, reason, norm_err, max_abs, n_bad)
 
 
+def bound_ratio(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> float:
+    """How close ``out`` comes to failing ``compare``: the larger of the norm error over its
+    bound and the worst element's error over its bound (1.0 sits on the bound). Finite
+    reference elements only; used to show that a tolerance leaves honest code room."""
+    r = ref.to(torch.float64)
+    o = out.detach().to(r.device, torch.float64)
+    keep = torch.isfinite(r)
+    rv, diff = r[keep], (o[keep] - r[keep]).abs()
+    if not rv.numel():
+        return 0.0
+    ref_norm = float(torch.linalg.vector_norm(rv))
+    norm_err = float(torch.linalg.vector_norm(diff)) / ref_norm if ref_norm > 0 else 0.0
+    rms = ref_norm / math.sqrt(rv.numel())
+    per_element = float((diff / (tol.atol * rms + tol.rtol * rv.abs())).max())
+    return max(norm_err / tol.norm, per_element)
+
+
 def _index(mask: torch.Tensor) -> tuple[int, ...]:
     flat = int(torch.nonzero(mask.reshape(-1))[0])
     idx = []

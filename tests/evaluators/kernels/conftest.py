@@ -27,7 +27,7 @@ def kernel_eval(tmp_path):
         io = tmp_path / f"io{random.getrandbits(32)}"
         io.mkdir()
         ctx = EvalContext(Sandbox(SandboxSettings(timeout_s=120)),
-                          seed=random.getrandbits(31) if seed is None else seed,
+                          seed=20261130 if seed is None else seed,
                           scratch=tmp_path, io_dir=io, device="cpu", timeout_s=120)
         return KernelEvaluator(spec).evaluate(cand, ctx)
 
