@@ -1,7 +1,7 @@
 """Hand-written kernel variants (``targets/kernels/<target>/variants/*.py``), which the H200
-benchmark searches next to each seed: each passes the static check, is correct on every CPU
-workload of its target (interpreter, timing skipped), and its knob lines parse the way the
-benchmark reads them."""
+benchmark searches next to each seed: their knob lines parse the way the benchmark reads them
+and every grid point stays legal. (Static check and CPU correctness of every variant:
+test_kernel_targets.py.)"""
 
 import importlib.util
 import json
@@ -10,12 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from evaluators._base import EvalContext
-from evaluators.kernels import NO_GPU, KernelEvaluator
 from evaluators.static_checks import check_source
 from optimizer.edits import evolve_regions
-from optimizer.sandbox import Sandbox, SandboxSettings
-from optimizer.targets import load_target
 
 ROOT = Path(__file__).resolve().parents[3]
 KERNELS = ROOT / "targets" / "kernels"
@@ -38,11 +34,6 @@ def test_the_persistent_variants_exist():
 
 
 @pytest.mark.parametrize("rel", VARIANTS)
-def test_variant_passes_static_check(rel):
-    assert check_source((KERNELS / rel).read_text(), Path(rel).name) == []
-
-
-@pytest.mark.parametrize("rel", VARIANTS)
 def test_variant_knobs_are_in_the_block_and_every_setting_stays_legal(rel, bench):
     src = (KERNELS / rel).read_text()
     (start, end), = evolve_regions(src)
@@ -55,18 +46,3 @@ def test_variant_knobs_are_in_the_block_and_every_setting_stays_legal(rel, bench
     assert len(combos) == math.prod(len(c) for c in grid.values())
     for values in combos:
         assert check_source(bench.substitute(src, values), Path(rel).name) == [], values
-
-
-@pytest.mark.parametrize("rel", VARIANTS)
-def test_variant_is_correct_on_every_cpu_workload(rel, tmp_path):
-    spec = load_target(KERNELS / rel.split("/")[0], ROOT)
-    cand = tmp_path / "cand"
-    cand.mkdir()
-    (cand / "kernel.py").write_text((KERNELS / rel).read_text())
-    io = tmp_path / "io"
-    io.mkdir()
-    ctx = EvalContext(Sandbox(SandboxSettings(timeout_s=120)), seed=20261130, scratch=tmp_path,
-                      io_dir=io, device="cpu", timeout_s=120)
-    res = KernelEvaluator(spec).evaluate(cand, ctx)
-    assert res.state.value == "PRUNED" and res.reason == NO_GPU, res.reason
-    assert any(k.startswith("norm_err/") for k in res.metrics)
