@@ -8,6 +8,8 @@ from optimizer.cli import main
 from optimizer.config import load_experiment, parse_value
 from optimizer.errors import ConfigError
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def test_loads_defaults_and_target(toy_repo: Path) -> None:
     cfg = load_experiment(toy_repo / "experiments/toy.toml", workspace=toy_repo)
@@ -89,3 +91,10 @@ def test_parse_value() -> None:
     assert parse_value("true") is True
     assert parse_value("hello") == "hello"
     assert parse_value("[1, 2]") == [1, 2]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "experiments").glob("*.toml")),
+                         ids=lambda p: p.name)
+def test_every_shipped_experiment_loads(path):
+    cfg = load_experiment(path, workspace=ROOT)
+    assert cfg.targets and all(t.share > 0 for t in cfg.targets)
