@@ -46,7 +46,11 @@ class TargetPreset:
 PRESETS = {
     # 8 layers of width 128: per-module overhead dominates a batch-1 step on CPU, so depth
     # sets the cost ratio c of a 1-layer draft (6 layers measured c = 0.25-0.29).
-    "default": TargetPreset("default", 1024, 128, 8, 4, 3_000_000, 64, 32, 400, 5e-3, 90.0),
+    # 400 steps take 65 s on 2 quiet cores (2026-11-30). The time cap is a safety net set
+    # well above that: with a 90 s cap a busy machine ended training early (314 steps, loss
+    # 4.86 against 4.45), so the same preset gave a different, less repetitive target and
+    # the speculative figures of two nights could not be compared.
+    "default": TargetPreset("default", 1024, 128, 8, 4, 3_000_000, 64, 32, 400, 5e-3, 300.0),
     "tiny": TargetPreset("tiny", 320, 64, 2, 2, 400_000, 64, 16, 120, 1e-2, 10.0, 256),
 }
 
