@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -105,7 +106,9 @@ def _parser() -> argparse.ArgumentParser:
         ("ui", cmd_ui, "open the MLflow UI on this experiment's runs"),
     ):
         sp = sub.add_parser(name, help=help_)
-        sp.add_argument("-e", "--experiment", type=Path, default=DEFAULT_EXPERIMENT)
+        sp.add_argument("-e", "--experiment", type=Path, default=None,
+                        help="experiment file (default: the one whose night ran last in "
+                        f"this workspace, else {DEFAULT_EXPERIMENT})")
         if name == "status":
             sp.add_argument("--json", action="store_true")
         if name == "branches":
@@ -305,7 +308,28 @@ def _match_files(editable: Sequence[str], files: Sequence[Path]) -> dict[str, Pa
 def _config(args: argparse.Namespace) -> ExperimentConfig:
     from optimizer.config import load_experiment
 
+    if args.experiment is None:
+        args.experiment = _last_experiment()
     return load_experiment(args.experiment, workspace=_workspace_of(args.experiment))
+
+
+def _last_experiment() -> Path:
+    """The experiment file (under experiments/) whose night started last here, by the
+    ``<state_dir>/logs/<name>.night.json`` pointers of the default state dir; else the
+    default experiment. The morning after ``optimizer run experiments/x.toml``,
+    ``optimizer status`` shows x."""
+    ws = _workspace_of(DEFAULT_EXPERIMENT)
+    pointers = sorted((ws / ".optimizer" / "logs").glob("*.night.json"),
+                      key=lambda p: p.stat().st_mtime, reverse=True)
+    for pointer in pointers:
+        name = pointer.name.removesuffix(".night.json")
+        for file in sorted((ws / "experiments").glob("*.toml")):
+            try:
+                if tomllib.loads(file.read_text()).get("name") == name:
+                    return file
+            except (OSError, tomllib.TOMLDecodeError):
+                continue
+    return DEFAULT_EXPERIMENT
 
 
 def cmd_status(args: argparse.Namespace) -> int:

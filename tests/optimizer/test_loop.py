@@ -111,6 +111,9 @@ def test_status_json_cli(
     assert main(["status", "-e", "experiments/toy.toml", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["totals"]["candidates"] == 4 and data["consistent"]
+    # without -e: the experiment whose night ran last here (not the absent nightly.toml)
+    assert main(["status", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == data
     assert main(["report", "-e", "experiments/toy.toml"]) == 0
     report = toy_repo / ".optimizer/reports/toy/report.md"
     assert "toy" in report.read_text() and list(report.parent.glob("*.png"))
