@@ -47,13 +47,14 @@ def select_winner(
     assert seed is not None
     minimize = target.primary.minimize
     contenders = [e for e in archive.best_per_structure() if e.id != seed.id][:3]
-    for best in contenders:
+    for i, best in enumerate(contenders):
         if not stats.exact_improvement(
             seed.objectives[0], best.objectives[0], minimize=minimize, min_gain=target.min_gain
         ):
+            which = "best" if i == 0 else "next structure's best"
             r.say(
-                f"[{target.name}] no winner: best {best.id} is not {target.min_gain:.0%} "
-                "better than the seed"
+                f"[{target.name}] no winner: {which} {best.id} ({best.objectives[0]:.6g}) is "
+                f"not {target.min_gain:.0%} better than the seed ({seed.objectives[0]:.6g})"
             )
             return None
         evidence = _confirm(r, target, evaluator, sandbox, seed, best)
