@@ -41,8 +41,8 @@ from evaluators.speculative.target import TargetBundle, load_or_build
 from optimizer.records import CandidateState, EvalResult
 
 # 16 timed prompts and 1,024 distillation sequences (2026-11-30, default target, independent
-# seed draft): on 4 prompts the same draft measured 1.41x where 16 prompts (those 4 among
-# them) gave 1.15x, and two trainings on 256 sequences accepted 0.46-0.77 on those 4 prompts;
+# seed draft, same training seed): timed on 4 prompts it measured 1.41x, on 16 prompts (those
+# 4 among them) 1.15x; two trainings on 256 sequences accepted 0.46-0.77 on those 4 prompts;
 # on 16 prompts 1,024 sequences raised acceptance from 0.69-0.72 to 0.75-0.79. Generating
 # 1,024 sequences takes 10 s once per target; timing 16 prompts adds about 6 s a candidate.
 DEFAULTS: dict[str, Any] = {
