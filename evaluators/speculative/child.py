@@ -42,6 +42,7 @@ def _prepare(model, bundle, folder: Path, name: str, p: dict[str, Any], io_dir: 
     draft: Draft = mod.build(TargetView.of(model))
     if not isinstance(draft, Draft):
         raise TypeError("build() must return an evaluators.speculative.api.Draft")
+    _probe(model, draft, bundle.train_tokens)
     record: dict[str, Any] = {"curve": [], "train_s": 0.0, "data_s": 0.0, "weights": ""}
     if draft.trainable:
         t0 = time.perf_counter()
@@ -75,6 +76,17 @@ def _prepare(model, bundle, folder: Path, name: str, p: dict[str, Any], io_dir: 
     draft.eval()
     record["draft"] = draft
     return record
+
+
+@torch.no_grad()
+def _probe(model, draft: Draft, tokens: torch.Tensor) -> None:
+    """Decode a few tokens with the untrained draft before distilling it. A draft whose
+    decoding breaks (shapes, cache bookkeeping) fails here in milliseconds instead of after
+    its whole training budget; the values it proposes do not matter yet."""
+    was_training = draft.training
+    draft.eval()
+    speculative_decode(model, draft, tokens[:16].to(model.embed.weight.device), 8, 3)
+    draft.train(was_training)
 
 
 def _shared_prefixes(draft: Draft, model) -> tuple[str, ...]:

@@ -2,6 +2,7 @@
 trained for two seconds each, and a draft that tampers with the verifier."""
 
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,28 @@ def test_compare_trains_once_and_pairs_samples(tmp_path, tiny):
     assert cmp.ok, cmp.reason
     assert len(cmp.samples["candidate"]) == len(cmp.samples["baseline"]) == 2
     assert all(s > 0 for s in cmp.samples["candidate"] + cmp.samples["baseline"])
+
+
+BROKEN_DECODING = """
+
+_propose = IndependentDraft.propose
+
+
+def _propose_then_break(self, k, pick):
+    if len(self.tokens) > 20:
+        raise ValueError("cache bookkeeping broke")
+    return _propose(self, k, pick)
+
+
+IndependentDraft.propose = _propose_then_break
+"""
+
+
+def test_a_draft_whose_decoding_breaks_fails_before_its_training(tmp_path, tiny, monkeypatch):
+    # a training budget the test would notice: the probe must fail first
+    monkeypatch.setitem(SETTINGS, "train_s", 30.0)
+    started = time.perf_counter()
+    _, res, _, _ = _evaluate("independent", tmp_path, tiny, patch=BROKEN_DECODING)
+    assert res.state is CandidateState.FAILED, res.reason
+    assert "cache bookkeeping broke" in res.reason
+    assert time.perf_counter() - started < 20, "the draft was trained before it failed"
