@@ -231,12 +231,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, *, allow_downc
                        math.inf, n)
     cmp = finite & ~r_inf
     rv, ov = r[cmp], o[cmp]
-    diff = (ov - rv).abs()
-    ref_norm = float(torch.linalg.vector_norm(rv)) if rv.numel() else 0.0
-    err_norm = float(torch.linalg.vector_norm(diff)) if diff.numel() else 0.0
-    norm_err = err_norm / ref_norm if ref_norm > 0 else err_norm
-    rms = ref_norm / math.sqrt(max(rv.numel(), 1))
-    bound = tol.atol * rms + tol.rtol * rv.abs()
+    diff, bound, norm_err = _errors(ov, rv, tol)
     over = diff > bound
     n_bad = int(over.sum())
     max_abs = float(diff.max()) if diff.numel() else 0.0
@@ -260,21 +255,29 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, *, allow_downc
     return Verdict(False, reason, norm_err, max_abs, n_bad)
 
 
+def _errors(
+    ov: torch.Tensor, rv: torch.Tensor, tol: Tolerance
+) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """Per-element error, its bound ``atol*rms(ref) + rtol*|ref|`` and the relative norm
+    error, over matching float64 elements ``ov`` (output) and ``rv`` (reference)."""
+    diff = (ov - rv).abs()
+    ref_norm = float(torch.linalg.vector_norm(rv)) if rv.numel() else 0.0
+    err_norm = float(torch.linalg.vector_norm(diff)) if diff.numel() else 0.0
+    norm_err = err_norm / ref_norm if ref_norm > 0 else err_norm
+    rms = ref_norm / math.sqrt(max(rv.numel(), 1))
+    return diff, tol.atol * rms + tol.rtol * rv.abs(), norm_err
+
+
 def bound_ratio(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> float:
     """How close ``out`` comes to failing ``compare``: the larger of the norm error over its
     bound and the worst element's error over its bound (1.0 sits on the bound). Finite
     reference elements only; used to show that a tolerance leaves honest code room."""
     r = ref.to(torch.float64)
-    o = out.detach().to(r.device, torch.float64)
     keep = torch.isfinite(r)
-    rv, diff = r[keep], (o[keep] - r[keep]).abs()
-    if not rv.numel():
+    if not bool(keep.any()):
         return 0.0
-    ref_norm = float(torch.linalg.vector_norm(rv))
-    norm_err = float(torch.linalg.vector_norm(diff)) / ref_norm if ref_norm > 0 else 0.0
-    rms = ref_norm / math.sqrt(rv.numel())
-    per_element = float((diff / (tol.atol * rms + tol.rtol * rv.abs())).max())
-    return max(norm_err / tol.norm, per_element)
+    diff, bound, norm_err = _errors(out.detach().to(r.device, torch.float64)[keep], r[keep], tol)
+    return max(norm_err / tol.norm, float((diff / bound).max()))
 
 
 def _index(mask: torch.Tensor) -> tuple[int, ...]:

@@ -319,16 +319,18 @@ def _last_experiment() -> Path:
     default experiment. The morning after ``optimizer run experiments/x.toml``,
     ``optimizer status`` shows x."""
     ws = _workspace_of(DEFAULT_EXPERIMENT)
+    files: dict[str, Path] = {}
+    for file in sorted((ws / "experiments").glob("*.toml")):
+        try:
+            files.setdefault(str(tomllib.loads(file.read_text()).get("name")), file)
+        except (OSError, tomllib.TOMLDecodeError):
+            continue
     pointers = sorted((ws / ".optimizer" / "logs").glob("*.night.json"),
                       key=lambda p: p.stat().st_mtime, reverse=True)
     for pointer in pointers:
         name = pointer.name.removesuffix(".night.json")
-        for file in sorted((ws / "experiments").glob("*.toml")):
-            try:
-                if tomllib.loads(file.read_text()).get("name") == name:
-                    return file
-            except (OSError, tomllib.TOMLDecodeError):
-                continue
+        if name in files:
+            return files[name]
     return DEFAULT_EXPERIMENT
 
 

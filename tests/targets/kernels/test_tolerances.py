@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from evaluators import numerics
-from evaluators.kernels import KernelConfig, load_reference
+from evaluators.kernels import KernelEvaluator, load_reference
 from optimizer.targets import load_target
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -22,7 +22,7 @@ SMALL = {"rows": 4, "m": 8, "n": 256, "k": 1024}
 
 def _config(name: str):
     spec = load_target(KERNELS / name, ROOT)
-    return KernelConfig.parse(dict(spec.evaluator), name), load_reference(spec.path)
+    return KernelEvaluator(spec).config, load_reference(spec.path)
 
 
 def _cases(ref, workload, dist):
