@@ -5,12 +5,16 @@ only, and creates no CUDA context at import time.
 
 - Every repetition first writes a buffer larger than L2 (H200: 60 MB of L2, we write
   256 MB), so a kernel is never timed on inputs that are still cached.
+- After the flush the GPU spins for about 0.1 ms (``torch.cuda._sleep``) before the start
+  event, so the host has enqueued the timed call before the GPU gets to it: host launch
+  time is never between the events, however long a program's Python path is.
 - Implementations are interleaved repetition by repetition, so clock and thermal drift
   falls on all of them alike.
 - Each repetition records device events *and* the host wall clock after a full
   ``torch.cuda.synchronize()``. Work launched on a side stream is not between the events of
   the current stream, but the synchronize waits for it: a wall time far above the event time
-  exposes it.
+  exposes it. (Side-stream work that fits inside the flush and spin before the start event
+  would pass this check; the static check, which forbids streams, is the first line.)
 - A median below ``bytes moved / copy bandwidth`` (with a 25% margin for read-heavy kernels,
   whose read bandwidth exceeds the copy's) is physically implausible and rejected.
 """
@@ -33,6 +37,9 @@ PLAUSIBLE_BW_FACTOR = 1.25
 # overhead of a Triton kernel is 20-60 us, far inside that margin.
 SIDE_STREAM_FACTOR = 3.0
 SIDE_STREAM_SLACK_MS = 0.3
+# GPU clock cycles of the spin between flush and start event: 0.1 ms at the H200's 1.98 GHz,
+# more than a Triton launch from Python takes (20-60 us).
+HEADSTART_CYCLES = 200_000
 
 
 @dataclass(frozen=True)
@@ -105,12 +112,13 @@ def time_interleaved(
             end = torch.cuda.Event(enable_timing=True)
             t0 = time.perf_counter()
             pre.record()
-            # The flush is enqueued, not waited for: while it runs, the host prepares the
-            # launch, so the events time the kernel and not the host. Synchronizing here
-            # instead put the Python launch path between the events: a 0.125 ms softmax
-            # read as 0.24 ms on an H200 (2026-11-29).
+            # The flush and a spin are enqueued, not waited for: while they run, the host
+            # prepares the launch, so the events time the kernel and not the host.
+            # Synchronizing here instead put the Python launch path between the events: a
+            # 0.125 ms softmax read as 0.24 ms on an H200 (2026-11-29).
             if flusher is not None:
                 flusher.flush()
+            torch.cuda._sleep(HEADSTART_CYCLES)
             start.record()
             fns[name]()
             end.record()

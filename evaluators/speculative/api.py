@@ -18,10 +18,14 @@ a :class:`Draft` keeps its own state and sees the sequence grow through three ca
 - ``accept(tokens, feats)``: the sequence grew by ``tokens`` (accepted drafts plus the
   target's own next token) and ``feats`` by as many rows (same alignment as above).
 
-Training: ``loss(batch) -> scalar tensor`` on a batch of target-generated sequences:
+Training: ``fit(data)`` (optional) sees the whole distillation set once, without gradients
+(counts, lookup tables); then, for drafts with parameters, ``loss(batch) -> scalar tensor``
+on batches of the same target-generated sequences:
 ``batch["tokens"]`` ``[B, T]``, ``batch["labels"]`` ``[B, T]`` (the target's greedy next
 token at every position), ``batch["feats"]`` ``[B, T, F]`` (target hidden states at every
-position, or None). A draft without parameters (n-gram) sets ``trainable = False``.
+position, or None). A draft without parameters sets ``trainable = False``; it is given the
+data only if it defines ``fit`` (the prompt-lookup n-gram drafter needs none).
+Tensors a draft keeps as buffers are saved with its weights.
 """
 
 from __future__ import annotations
@@ -78,6 +82,15 @@ class Draft(nn.Module):
 
     def propose(self, k: int, pick: Pick) -> list[int]:
         raise NotImplementedError
+
+    def fit(self, data: dict[str, torch.Tensor | None]) -> None:
+        """Fit on the whole distillation set (``tokens``, ``labels``, ``feats`` as in
+        ``loss``) without gradients, before any gradient training. Default: nothing."""
+
+    @property
+    def wants_data(self) -> bool:
+        """Whether the distillation set must be made for this draft (trained or fitted)."""
+        return self.trainable or type(self).fit is not Draft.fit
 
     def loss(self, batch: dict[str, torch.Tensor | None]) -> torch.Tensor:
         raise NotImplementedError(f"{type(self).__name__} is not trainable")

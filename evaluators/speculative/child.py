@@ -43,8 +43,9 @@ def _prepare(model, bundle, folder: Path, name: str, p: dict[str, Any], io_dir: 
     if not isinstance(draft, Draft):
         raise TypeError("build() must return an evaluators.speculative.api.Draft")
     _probe(model, draft, bundle.train_tokens)
-    record: dict[str, Any] = {"curve": [], "train_s": 0.0, "data_s": 0.0, "weights": ""}
-    if draft.trainable:
+    record: dict[str, Any] = {"curve": [], "train_s": 0.0, "data_s": 0.0, "fit_s": 0.0,
+                              "weights": ""}
+    if draft.wants_data:
         t0 = time.perf_counter()
         layers = tuple(draft.feature_layers)
         if p.get("distill_path"):  # generated once by the trusted side, shared by candidates
@@ -55,17 +56,23 @@ def _prepare(model, bundle, folder: Path, name: str, p: dict[str, Any], io_dir: 
                              feature_layers=layers, seed=p["seed"])
         record["data_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        record["curve"] = train_draft(
-            draft, data, lr=float(getattr(mod, "LR", 3e-3)), batch=int(getattr(mod, "BATCH", 16)),
-            max_s=p["train_s"], max_steps=p["max_steps"], seed=seed,
-            weight_decay=float(getattr(mod, "WEIGHT_DECAY", 0.0)))
-        record["train_s"] = time.perf_counter() - t0
+        with torch.no_grad():
+            draft.fit(data)
+        record["fit_s"] = time.perf_counter() - t0
+        if draft.trainable:
+            record["curve"] = train_draft(
+                draft, data, lr=float(getattr(mod, "LR", 3e-3)),
+                batch=int(getattr(mod, "BATCH", 16)), max_s=p["train_s"],
+                max_steps=p["max_steps"], seed=seed,
+                weight_decay=float(getattr(mod, "WEIGHT_DECAY", 0.0)))
+        record["train_s"] = time.perf_counter() - t0  # fitting and training
         own, seen = {}, set()
         for k, v in draft.state_dict().items():
             # shared with the target, or an alias of a tensor already kept (tied modules)
             if k.startswith(_shared_prefixes(draft, model)) or v.data_ptr() in seen:
                 continue
-            seen.add(v.data_ptr())
+            if v.numel():
+                seen.add(v.data_ptr())
             own[k] = v.detach().contiguous()
         if own:
             from safetensors.torch import save_file

@@ -105,3 +105,16 @@ def test_a_draft_whose_decoding_breaks_fails_before_its_training(tmp_path, tiny,
     assert res.state is CandidateState.FAILED, res.reason
     assert "cache bookkeeping broke" in res.reason
     assert time.perf_counter() - started < 20, "the draft was trained before it failed"
+
+
+def test_fitted_draft_is_given_the_data_and_its_table_is_saved(tmp_path, tiny):
+    # the table draft has no parameters: it is fitted (not trained) on the distillation
+    # set, and its table is the weights file the winner's model version would carry
+    from safetensors.torch import load_file
+
+    _, res, _, _ = _evaluate("table", tmp_path, tiny)
+    assert res.state is CandidateState.VALID, res.reason
+    assert res.metrics["train_steps"] == 0 and res.metrics["train_s"] > 0
+    weights = Path(__import__("json").loads(res.artifacts["draft.json"])["weights"])
+    table = load_file(str(weights))["table"]
+    assert table.ndim == 2 and len(table) > 100  # one row per context seen
