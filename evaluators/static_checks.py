@@ -11,6 +11,8 @@ without being either:
 - state across calls: module-level dicts/lists/sets, ``global``/``nonlocal``,
   ``functools.cache``/``lru_cache``, assignments to ``self.*`` outside ``__init__``.
 - side streams, threads and processes (``torch.cuda.Stream``, ``threading``...).
+- a module-level value read inside a kernel that is not ``tl.constexpr(...)``: the CPU
+  interpreter accepts it, compiling for a GPU does not (caught here, before a GPU is used).
 - reduced precision in float32 dots (``allow_tf32=True``, ``input_precision="tf32"``,
   ``torch.backends`` flags) unless the target sets ``allow_tf32 = true``.
 """
@@ -95,6 +97,8 @@ class _Checker(ast.NodeVisitor):
         self.has_model_new = False
         self._in_kernel = 0
         self._func_stack: list[str] = []
+        self._plain_globals: set[str] = set()  # module-level values that are not constexpr
+        self._kernel_locals: list[set[str]] = []
 
     def add(self, node: ast.AST, rule: str, message: str) -> None:
         self.findings.append(Finding(getattr(node, "lineno", 0), rule, message))
@@ -161,7 +165,15 @@ class _Checker(ast.NodeVisitor):
         self.kernels += kernel
         self._in_kernel += kernel
         self._func_stack.append(node.name)
+        if kernel:
+            args = node.args
+            names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
+            names |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+                      and isinstance(n.ctx, ast.Store)}
+            self._kernel_locals.append(names)
         self.generic_visit(node)
+        if kernel:
+            self._kernel_locals.pop()
         self._func_stack.pop()
         self._in_kernel -= kernel
 
@@ -172,6 +184,12 @@ class _Checker(ast.NodeVisitor):
             if isinstance(stmt, ast.Assign | ast.AnnAssign) and _mutable(stmt.value):
                     self.add(stmt, "cache", "a module-level dict/list/set can keep results "
                              "across calls; use constants (tuples) or locals")
+            if isinstance(stmt, ast.Assign | ast.AnnAssign) and not (
+                    isinstance(stmt.value, ast.Call)
+                    and _dotted(stmt.value.func).split(".")[-1] == "constexpr"):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                self._plain_globals |= {n.id for t in targets for n in ast.walk(t)
+                                        if isinstance(n, ast.Name)}
         self.generic_visit(node)
 
     def visit_Assign(self, node: ast.Assign) -> None:
@@ -209,6 +227,12 @@ class _Checker(ast.NodeVisitor):
     def visit_Name(self, node: ast.Name) -> None:
         if node.id in NAMES_FORBIDDEN:
             self.add(node, "forbidden", f"'{node.id}' is not allowed ({NAMES_FORBIDDEN[node.id]})")
+        if (self._kernel_locals and isinstance(node.ctx, ast.Load)
+                and node.id in self._plain_globals and node.id not in self._kernel_locals[-1]):
+            self.add(node, "gpu-global", f"the kernel reads the module-level '{node.id}', "
+                     "which is not tl.constexpr(...): compiling for a GPU refuses it (the CPU "
+                     f"interpreter does not); write {node.id} = tl.constexpr(...) or pass it "
+                     "as an argument")
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         name = _dotted(node)

@@ -61,10 +61,12 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("OPTIMIZER_CACHE_DIR") or ".optimizer/cache").resolve()
 
 
-def corpus_text(limit: int) -> str:
+def corpus_text(limit: int, recursive: bool = False) -> str:
+    """The first ``limit`` characters of the standard library's ``*.py`` files, sorted by
+    path: the top folder only, or every folder below it too (about 160 MB)."""
     root = Path(sysconfig.get_paths()["stdlib"])
     parts, total = [], 0
-    for path in sorted(root.glob("*.py")):
+    for path in sorted(root.rglob("*.py") if recursive else root.glob("*.py")):
         text = path.read_text(encoding="utf-8", errors="replace")
         parts.append(text)
         total += len(text)

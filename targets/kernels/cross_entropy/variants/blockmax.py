@@ -15,8 +15,10 @@ import triton.language as tl
 BLOCK_SIZE = 4096  # knob: choices=[2048, 4096, 8192, 16384]
 NUM_WARPS = 8  # knob: choices=[4, 8, 16, 32]
 
-LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
+# globals a @triton.jit function reads must be constexpr (the interpreter accepts plain
+# floats; compiling for a GPU does not)
+LOG2E = tl.constexpr(1.4426950408889634)
+LN2 = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
