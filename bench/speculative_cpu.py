@@ -17,6 +17,7 @@ import platform
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--cache", type=Path, default=None)
     ap.add_argument("--train-s", type=float, default=DEFAULTS["train_s"])
-    ap.add_argument("--drafts", default="ngram,medusa,independent,eagle")
+    ap.add_argument("--drafts", default="ngram,table,medusa,independent,eagle")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -66,9 +67,13 @@ def main() -> None:
                           n_seqs=s["distill_seqs"], prompt_len=s["distill_prompt_len"],
                           gen_len=s["distill_gen_len"])  # as the nightly: made once, shared
     for name in args.drafts.split(","):
+        # each draft's own k sweep, as its target.toml gives the nightly
+        toml = tomllib.loads((ROOT / "targets" / "speculative" / name / "target.toml")
+                             .read_text())
+        ks = list(toml.get("evaluator", {}).get("ks", s["ks"]))
         payload = {"target_dir": str(bundle.folder), "distill_path": str(distill),
                    "prompts": prompts, "n_new": s["n_new"],
-                   "ks": s["ks"], "repeats": s["repeats"], "seed": args.seed,
+                   "ks": ks, "repeats": s["repeats"], "seed": args.seed,
                    "train_s": s["train_s"], "max_steps": s["max_steps"],
                    "distill_seqs": s["distill_seqs"],
                    "distill_prompt_len": s["distill_prompt_len"],
@@ -85,9 +90,9 @@ def main() -> None:
                 div = first_divergence(bundle.model, torch.tensor(prompts[i]), got, ref, 1e-4)
                 if div is not None:
                     raise SystemExit(f"{name} k={k} prompt {i}: not lossless at {div}")
-        summary = summarize({**resp, "_prompts": prompts}, s)
+        summary = summarize({**resp, "_prompts": prompts}, {**s, "ks": ks})
         m = summary["metrics"]
-        result["drafts"][name] = {"lossless": True, **m,
+        result["drafts"][name] = {"lossless": True, "ks": ks, **m,
                                   "speedup_repeats": list(summary["samples"]["speedup"]),
                                   "load_average": os.getloadavg()[0]}
         print(f"{name}: speedup {m['speedup']:.2f} at k={m['best_k']:.0f}, accepted "

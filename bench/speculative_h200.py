@@ -52,7 +52,7 @@ from evaluators.speculative.target import corpus_text, train_target  # noqa: E40
 GPU: dict[str, Any] = dict(vocab=2048, d=512, layers=12, heads=8, chars=160_000_000,
                            bpe_chars=3_000_000, recursive=True, seq=256,
                            batch=64, lr=2e-3, target_s=90.0, draft_s=15.0, prompts=4,
-                           n_new=128, distill_seqs=1024, ks=[1, 2, 3, 4, 6, 8])
+                           n_new=128, distill_seqs=4096, ks=[1, 2, 3, 4, 6, 8])
 SMOKE: dict[str, Any] = dict(vocab=320, d=64, layers=2, heads=2, chars=300_000,
                              bpe_chars=300_000, recursive=False, seq=64,
                              batch=16, lr=1e-2, target_s=4.0, draft_s=2.0, prompts=2, n_new=24,
@@ -141,8 +141,12 @@ def main() -> None:
     text = corpus_text(cfg["chars"], cfg["recursive"])
     tok = train_bpe(text[: cfg["bpe_chars"]], cfg["vocab"])
     ids = torch.tensor(tok.encode(text), dtype=torch.int64)
-    split = int(len(ids) * 0.9)
-    train, held = ids[:split].to(dev), ids[split:]
+    # target training text, distillation prompts, held-out prompts: 80 / 10 / 10. With the
+    # distillation prompts taken from the training text (2026-11-30 runs) the drafts learned
+    # what the target does on text it knows by heart and accepted 1.2-1.5 tokens per step on
+    # held-out prompts against 1.9 for n-gram.
+    a, b = int(len(ids) * 0.8), int(len(ids) * 0.9)
+    train, distill, held = ids[:a].to(dev), ids[a:b].to(dev), ids[b:]
     result["tokenizer_s"] = time.perf_counter() - t0
     model = TinyLM(LMConfig(cfg["vocab"], cfg["d"], cfg["layers"], cfg["heads"],
                             max_len=1024)).to(dev)
@@ -181,7 +185,8 @@ def main() -> None:
         draft = mod.build(TargetView.of(model)).to(dev)
         rec: dict = {}
         if draft.wants_data:
-            data = make_data(model, train, n_seqs=cfg["distill_seqs"], prompt_len=32, gen_len=96,
+            data = make_data(model, distill, n_seqs=cfg["distill_seqs"], prompt_len=32,
+                             gen_len=96,
                              feature_layers=tuple(draft.feature_layers), seed=0,
                              chunk=512 if dev.type == "cuda" else 64)
             t_fit = time.perf_counter()
