@@ -95,7 +95,8 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a target.toml setting, e.g. timeout_s=10 or evaluator.repeats=3",
+        help="override a target.toml setting, e.g. timeout_s=10 or evaluator.repeats=3, "
+        "or the sandbox's, e.g. sandbox.memory_mb=2048",
     )
     ev.set_defaults(func=cmd_evaluate)
 
@@ -250,6 +251,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         for part in parents:
             node = node.setdefault(part, {})  # type: ignore[assignment]
         node[last] = parse_value(text.strip())
+    # sandbox.* keys set the sandbox of this evaluation (as an experiment's [sandbox] does);
+    # every other key overrides the target's target.toml
+    from optimizer.config import SandboxConfig, build_section
+
+    sandbox = build_section(SandboxConfig, overrides.pop("sandbox", {}), "--set", "sandbox")
     target = load_target(folder.resolve(), folder.resolve().parent, overrides)
     # the workspace's cache (e.g. the speculative target model) outlives this evaluation
     os.environ.setdefault("OPTIMIZER_CACHE_DIR", str(workspace / ".optimizer" / "cache"))
@@ -264,7 +270,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         from optimizer.config import ExperimentConfig
 
         config = ExperimentConfig(
-            name="evaluate", file=folder, workspace=workspace, targets=(), state_dir=root
+            name="evaluate", file=folder, workspace=workspace, targets=(), state_dir=root,
+            sandbox=sandbox,
         )
         sandbox = make_sandbox(config, target, evaluator)
         with sandbox:

@@ -176,7 +176,9 @@ def _check_type(value: Any, hint: Any, file: str, key: str) -> Any:
     return value
 
 
-def _build(cls: type, data: Any, file: str, prefix: str) -> Any:
+def build_section(cls: type, data: Any, file: str, prefix: str) -> Any:
+    """One section dataclass (e.g. :class:`SandboxConfig`) from a table, type-checked;
+    unknown keys are a :class:`ConfigError` naming ``file`` and ``prefix.key``."""
     if not isinstance(data, dict):
         raise ConfigError("must be a table", file=file, key=prefix)
     hints = typing.get_type_hints(cls)
@@ -192,7 +194,7 @@ def _build(cls: type, data: Any, file: str, prefix: str) -> Any:
     for name, value in data.items():
         hint = hints[name]
         if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-            kwargs[name] = _build(hint, value, file, f"{prefix}.{name}")
+            kwargs[name] = build_section(hint, value, file, f"{prefix}.{name}")
         else:
             kwargs[name] = _check_type(value, hint, file, f"{prefix}.{name}")
     return cls(**kwargs)
@@ -251,7 +253,7 @@ def load_experiment(
     state_dir = Path(_check_type(data.get("state_dir", ".optimizer"), str, shown, "state_dir"))
     state_dir = state_dir if state_dir.is_absolute() else ws / state_dir
     base = _check_type(data.get("base", "HEAD"), str, shown, "base")
-    sections = {k: _build(cls, data.get(k, {}), shown, k) for k, cls in _SECTIONS.items()}
+    sections = {k: build_section(cls, data.get(k, {}), shown, k) for k, cls in _SECTIONS.items()}
     proposer = _proposer(data.get("proposer", {}), shown)
     targets = _targets(data.get("targets"), shown, ws, target_overrides)
     return ExperimentConfig(
@@ -284,7 +286,7 @@ def _proposer(data: Any, file: str) -> ProposerConfig:
             file=file,
             key="proposer.kind",
         )
-    offline = _build(OfflineConfig, data.get("offline", {}), file, "proposer.offline")
+    offline = build_section(OfflineConfig, data.get("offline", {}), file, "proposer.offline")
     llm = data.get("llm", {})
     if not isinstance(llm, dict):
         raise ConfigError("must be a table", file=file, key="proposer.llm")

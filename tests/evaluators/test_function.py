@@ -112,3 +112,11 @@ def test_cli_evaluate_unknown_file_name_is_exit_2(
     code = main(["evaluate", str(ROOT / "targets/function/prefix_cache"), str(other), str(other)])
     assert code == 2
     assert "matches no editable file" in capsys.readouterr().err
+
+
+def test_cli_evaluate_unknown_sandbox_key_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["evaluate", str(ROOT / "targets/function/prefix_cache"),
+                 "--set", "sandbox.memory_gb=2"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "sandbox.memory_gb" in err and "memory_mb" in err

@@ -18,8 +18,10 @@ from optimizer.cli import main
 ROOT = Path(__file__).resolve().parents[3]
 PROGRAMS = sorted((Path(__file__).parent / "programs").glob("*.py"))
 SECRET = "sk-test-secret-4f1c9a77-never-leak"
-# filling the 16 GiB address-space limit until MemoryError takes a while on a loaded machine
-TIMEOUT_S = {"memory_bomb": 40}
+# The memory bomb writes every page it allocates: up to the engine's default 16 GiB limit
+# that took 41 s on a loaded 2-core machine. A 2 GiB sandbox (as an experiment's [sandbox]
+# memory_mb sets it) reaches the same MemoryError in a second or two.
+EXTRA_SETTINGS = {"memory_bomb": ["--set", "sandbox.memory_mb=2048"]}
 
 
 def _expected(program: Path) -> tuple[str, str]:
@@ -63,7 +65,8 @@ def test_hostile_program_through_optimizer_evaluate(
             str(candidate),
             "--json",
             "--set",
-            f"timeout_s={TIMEOUT_S.get(program.stem, 8)}",
+            "timeout_s=8",
+            *EXTRA_SETTINGS.get(program.stem, []),
         ]
     )
     out, err = capsys.readouterr()
