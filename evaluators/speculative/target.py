@@ -89,8 +89,15 @@ class TargetBundle:
     steps: int = 0
 
 
-# Bumped when training code changes what a preset produces (v2: time-aware LR schedule).
-_FORMAT = 2
+# Bumped when training code changes what a preset produces (v2: time-aware LR schedule;
+# v3: training on a fixed number of threads).
+_FORMAT = 3
+# The trained weights depend on how many threads split the reductions: trained on the 2
+# threads of a fresh clone the default preset ends at loss 4.4472, trained from a process
+# that had set one thread (a benchmark that decodes on one) at 4.4514, and the drafts'
+# figures on 16 prompts differed by up to 1.7x between the two (2026-11-30). Training always
+# uses this many threads, whatever the caller set; two fresh clones gave identical weights.
+TRAIN_THREADS = 2
 
 
 def _key(preset: TargetPreset, text: str) -> str:
@@ -143,9 +150,14 @@ def build_target(preset: TargetPreset, seed: int = 0) -> TargetBundle:
     cfg = LMConfig(preset.vocab, preset.d_model, preset.n_layers, preset.n_heads,
                    max_len=preset.max_len)
     model = TinyLM(cfg)
-    losses, secs = train_target(model, ids[:split], steps=preset.steps, batch=preset.batch,
-                                seq_len=preset.seq_len, lr=preset.lr, max_s=preset.max_train_s,
-                                seed=seed)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(TRAIN_THREADS)
+    try:
+        losses, secs = train_target(model, ids[:split], steps=preset.steps, batch=preset.batch,
+                                    seq_len=preset.seq_len, lr=preset.lr,
+                                    max_s=preset.max_train_s, seed=seed)
+    finally:
+        torch.set_num_threads(threads)
     final = sum(losses[-10:]) / len(losses[-10:])
     bundle = TargetBundle(model, tok, ids[:split], ids[split:], None, secs, final)
     bundle.steps = len(losses)

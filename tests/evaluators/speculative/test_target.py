@@ -1,0 +1,22 @@
+"""The built-in target's weights do not depend on the caller's thread setting."""
+
+import pytest
+import torch
+
+from evaluators.speculative.target import PRESETS, TRAIN_THREADS, build_target
+
+
+@pytest.mark.slow
+def test_target_weights_do_not_depend_on_the_callers_threads():
+    before = torch.get_num_threads()
+    models = []
+    try:
+        for threads in (1, TRAIN_THREADS + 1):
+            torch.set_num_threads(threads)
+            models.append(build_target(PRESETS["tiny"]).model.state_dict())
+            assert torch.get_num_threads() == threads  # the caller's setting is restored
+    finally:
+        torch.set_num_threads(before)
+    a, b = models
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
