@@ -17,7 +17,6 @@ import platform
 import sys
 import tempfile
 import time
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from evaluators.speculative.decoding import plain_decode  # noqa: E402
 from evaluators.speculative.distill import shared_data  # noqa: E402
 from evaluators.speculative.evaluator import DEFAULTS, summarize  # noqa: E402
 from evaluators.speculative.target import load_or_build  # noqa: E402
+from optimizer.targets import load_target  # noqa: E402
 
 
 def main() -> None:
@@ -68,9 +68,8 @@ def main() -> None:
                           gen_len=s["distill_gen_len"])  # as the nightly: made once, shared
     for name in args.drafts.split(","):
         # each draft's own k sweep, as its target.toml gives the nightly
-        toml = tomllib.loads((ROOT / "targets" / "speculative" / name / "target.toml")
-                             .read_text())
-        ks = list(toml.get("evaluator", {}).get("ks", s["ks"]))
+        spec = load_target(ROOT / "targets" / "speculative" / name, ROOT)
+        ks = list(spec.evaluator.get("ks", s["ks"]))
         payload = {"target_dir": str(bundle.folder), "distill_path": str(distill),
                    "prompts": prompts, "n_new": s["n_new"],
                    "ks": ks, "repeats": s["repeats"], "seed": args.seed,

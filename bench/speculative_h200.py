@@ -46,7 +46,7 @@ from evaluators.speculative.target import corpus_text, train_target  # noqa: E40
 # About 5 minutes on an H200 in all (target 90 s, each draft 15 s plus its sweeps). Training
 # runs in float32 with TF32 matmuls: under bf16 autocast the same target trained to a loss of
 # 5.33 instead of 3.62 (CPU smoke config, 2026-11-30) and decoded degenerate, repetitive text.
-# The corpus is the whole standard library's source (40 M characters, the BPE trained on
+# The corpus is the whole standard library's source (160 M characters, the BPE trained on
 # its first 3 M): on the top folder's 3 M characters alone the target saw its training data
 # about 40 times in 90 s, memorised it (loss 0.09) and no draft got past 1.5 tokens a step.
 GPU: dict[str, Any] = dict(vocab=2048, d=512, layers=12, heads=8, chars=160_000_000,

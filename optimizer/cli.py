@@ -255,7 +255,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     # every other key overrides the target's target.toml
     from optimizer.config import SandboxConfig, build_section
 
-    sandbox = build_section(SandboxConfig, overrides.pop("sandbox", {}), "--set", "sandbox")
+    sandbox_cfg = build_section(SandboxConfig, overrides.pop("sandbox", {}), "--set", "sandbox")
     target = load_target(folder.resolve(), folder.resolve().parent, overrides)
     # the workspace's cache (e.g. the speculative target model) outlives this evaluation
     os.environ.setdefault("OPTIMIZER_CACHE_DIR", str(workspace / ".optimizer" / "cache"))
@@ -271,7 +271,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
         config = ExperimentConfig(
             name="evaluate", file=folder, workspace=workspace, targets=(), state_dir=root,
-            sandbox=sandbox,
+            sandbox=sandbox_cfg,
         )
         sandbox = make_sandbox(config, target, evaluator)
         with sandbox:

@@ -67,9 +67,10 @@ def _prepare(model, bundle, folder: Path, name: str, p: dict[str, Any], io_dir: 
                 weight_decay=float(getattr(mod, "WEIGHT_DECAY", 0.0)))
         record["train_s"] = time.perf_counter() - t0  # fitting and training
         own, seen = {}, set()
+        shared = _shared_prefixes(draft, model)
         for k, v in draft.state_dict().items():
             # shared with the target, or an alias of a tensor already kept (tied modules)
-            if k.startswith(_shared_prefixes(draft, model)) or v.data_ptr() in seen:
+            if k.startswith(shared) or v.data_ptr() in seen:
                 continue
             if v.numel():
                 seen.add(v.data_ptr())
