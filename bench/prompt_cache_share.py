@@ -43,13 +43,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
+import evaluators  # noqa: E402
 from optimizer.archive import Archive  # noqa: E402
+from optimizer.config import LLMConfig  # noqa: E402
 from optimizer.edits import evolve_regions  # noqa: E402
 from optimizer.knobs import Knob, knobs_of_files, structure_key, values_of  # noqa: E402
-from optimizer.proposers._base import ArchiveEntry, ProposalContext  # noqa: E402
-from optimizer.proposers.llm import LLMSettings  # noqa: E402
+from optimizer.proposers._base import ProposalContext  # noqa: E402
 from optimizer.proposers.prompt import PromptBook  # noqa: E402
-from optimizer.records import CandidateState  # noqa: E402
+from optimizer.records import ArchiveEntry, CandidateState  # noqa: E402
 from optimizer.targets import TargetSpec, load_target  # noqa: E402
 
 CHARS_PER_TOKEN = 4
@@ -194,11 +195,11 @@ class Night:
 
 
 def simulate(
-    target: TargetSpec, calls: int, seed: int = 0, settings: LLMSettings | None = None
+    target: TargetSpec, calls: int, seed: int = 0, settings: LLMConfig | None = None
 ) -> Night:
     """Play ``calls`` proposals for ``target`` and return the prompts that would be sent."""
     rng = random.Random(f"{seed}/{target.name}")
-    book = PromptBook(settings or LLMSettings())
+    book = PromptBook(settings or LLMConfig())
     files = target.seed_files()
     seed_entry = ArchiveEntry(
         "c0000", None, files, values_of(files), CandidateState.VALID,
@@ -206,6 +207,8 @@ def simulate(
     )  # fmt: skip
     archive = Archive(target)
     archive.add(seed_entry, structure_key(files), "seed")
+    evaluator = evaluators.get(target.kind)(target)  # the kind's own prompt text and files
+    kind_text, trusted = evaluator.prompt_text(), evaluator.prompt_files()
     prompts: list[str] = []
     parents: list[str] = []
     states = [s for s, _ in _OUTCOMES]
@@ -220,6 +223,8 @@ def simulate(
             feedback=archive.feedback(),
             iteration=i,
             structures_seen=archive.structures(),
+            kind_text=kind_text,
+            trusted_files=trusted,
         )
         messages = book.messages(ctx)
         prompts.append("".join(m["content"] for m in messages))

@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from optimizer._sandbox_bwrap import probe
 from optimizer.sandbox import Sandbox, SandboxSettings
+from optimizer.sandbox.bwrap import probe
 
 ENTRY = """
 import importlib

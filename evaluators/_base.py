@@ -14,14 +14,31 @@ Stages run cheapest first and the first that does not return VALID stops the can
 
 Two optional hooks serve winner selection:
 
-- ``compare(cand, base, ctx, repeats)``: candidate and incumbent measured interleaved in
-  one sandboxed process; returns samples ``candidate`` and ``baseline`` of the primary
-  metric (paired, same length). The default alternates ``performance`` calls.
+- ``compare(cand, base, ctx, repeats)``: candidate and incumbent measured interleaved;
+  returns samples ``candidate`` and ``baseline`` of the primary metric (paired, same
+  length). The default alternates ``performance`` calls.
 - ``held_out(cand, ctx)``: the same measurement on a workload the search never saw
   (deterministic targets must win there too). Default: None (no held-out workload).
 
-A kind registers with :func:`evaluators.register`; evaluators import without MLflow,
-Optuna, openai or GitPython.
+A kind owns everything the engine must know about it, so that no kind name appears in the
+engine (class attributes and methods with defaults):
+
+- ``uses_gpu``: evaluate on a GPU where one exists (the sandbox then binds the device);
+- ``preload``: modules the warm sandbox process imports once;
+- ``sandbox_env(device)``: environment variables its sandboxed processes need;
+- ``confirmation()``: what confirms a win, ``"paired"`` (interleaved timing, a bootstrap
+  interval) or ``"exact"`` (exact values, then the held-out workload); by default from
+  the target's ``noise``;
+- ``outputs(result, io_dir)``: curves and files to log besides metrics;
+- ``model_artifact``: an artifact folder a winner registers as an MLflow model;
+- ``prompt_text()`` and ``prompt_files()``: its contract and trusted files for prompts.
+
+The constructor validates the target's ``[evaluator]`` settings and raises
+:class:`~optimizer.errors.ConfigError` for unknown keys and bad values, so a misspelt key
+stops a run before anything is written. A kind registers built in (evaluators/__init__.py)
+or by entry point (group ``inference_optimizer.kinds``); evaluators import without MLflow,
+Optuna, openai or GitPython, and of the engine only its leaf vocabulary
+(:mod:`optimizer.records`, :mod:`optimizer.targets`, :mod:`optimizer.errors`).
 """
 
 from __future__ import annotations
@@ -34,12 +51,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from optimizer.records import CandidateState, EvalResult
+from optimizer.records import CandidateState, EvalResult, Outputs
 from optimizer.targets import TargetSpec
 
 
 class SandboxLike(Protocol):
-    """What an evaluator needs of the sandbox (optimizer.sandbox.Sandbox provides it)."""
+    """What an evaluator needs of the sandbox (``optimizer.sandbox.Sandbox`` provides it)."""
 
     def call(
         self,
@@ -59,8 +76,9 @@ class EvalContext:
 
     ``seed`` is fresh per evaluation and never shown to the candidate; ``scratch`` is a
     trusted directory the candidate cannot see; ``io_dir`` is a directory shared with the
-    candidate's process (inputs in, outputs out); ``incumbent_dir`` is the folder of the
-    program to beat (for interleaved timing), if any.
+    candidate's process (inputs in, outputs out); ``cache_dir`` is a trusted directory
+    that outlives the evaluation (a trained target model, reference outputs), hidden from
+    the candidate; ``incumbent_dir`` is the folder of the program to beat, if any.
     """
 
     sandbox: SandboxLike
@@ -71,6 +89,13 @@ class EvalContext:
     timeout_s: float = 120.0
     incumbent_dir: Path | None = None
     log: Callable[[str], None] = field(default=lambda msg: None)
+    cache_dir: Path | None = None  # None: a private one under scratch (nothing is shared)
+
+    def cache(self) -> Path:
+        """The trusted cache directory (created on first use)."""
+        folder = self.cache_dir or self.scratch / "cache"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
 
     def run(self, entry: str, payload: Mapping[str, Any], *, workdir: Path) -> Any:
         """Run a trusted entry function ``"module:function"`` in the sandbox, in ``workdir``."""
@@ -100,9 +125,35 @@ class Evaluator(ABC):
     # Modules a warm sandbox process imports once before forking candidates
     # (e.g. ("torch", "triton")); never anything that creates a CUDA context.
     preload: ClassVar[tuple[str, ...]] = ()
+    uses_gpu: ClassVar[bool] = False  # evaluate on a GPU where the machine has one
+    model_artifact: ClassVar[str] = ""  # artifact folder a winner registers as a model
 
     def __init__(self, target: TargetSpec):
         self.target = target
+
+    # -- what the engine asks of a kind ----------------------------------------------
+    def sandbox_env(self, device: str) -> dict[str, str]:
+        """Environment variables of this kind's sandboxed processes on ``device``."""
+        return {}
+
+    def confirmation(self) -> str:
+        """``"paired"``: a winner is confirmed by interleaved measurements of candidate and
+        seed and a bootstrap interval (``compare``); ``"exact"``: by exact values, then the
+        held-out workload (``held_out``)."""
+        return "paired" if self.target.noise == "timing" else "exact"
+
+    def outputs(self, result: EvalResult, io_dir: Path) -> Outputs:
+        """Curves and files of an evaluation to log besides its metrics."""
+        return Outputs()
+
+    def prompt_text(self) -> str:
+        """The kind's contract for an LLM prompt ("" = the engine's generic text). The
+        built-in kinds keep theirs in ``prompt.txt`` next to their evaluator."""
+        return ""
+
+    def prompt_files(self) -> dict[str, str]:
+        """Trusted, non-editable files a proposer should see (name -> text)."""
+        return {}
 
     # -- stage 1 ---------------------------------------------------------------------
     def static_check(self, cand_dir: Path) -> EvalResult:
@@ -181,3 +232,22 @@ class Evaluator(ABC):
             artifacts=artifacts,
             cost_s=time.perf_counter() - start,
         )
+
+
+def text_beside(module_file: str, name: str = "prompt.txt") -> str:
+    """A text file next to a kind's module (its prompt text), "" when there is none."""
+    path = Path(module_file).with_name(name)
+    return path.read_text(encoding="utf-8") if path.is_file() else ""
+
+
+@dataclass(frozen=True)
+class Command:
+    """An extra ``optimizer`` subcommand a kind contributes (e.g. an importer of problem
+    files): registered like kinds, built in or by entry point (group
+    ``inference_optimizer.commands``, the object named must be a Command). Its module must
+    import fast: every ``optimizer`` invocation builds the parser."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[Any], None]  # (argparse.ArgumentParser) -> None
+    run: Callable[[Any], int]  # (argparse.Namespace) -> exit code

@@ -10,8 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from optimizer.proposers._base import ArchiveEntry
-from optimizer.records import CandidateState
+from optimizer.records import ArchiveEntry, CandidateState, candidate_id, candidate_number
 from optimizer.targets import TargetSpec
 
 
@@ -27,6 +26,10 @@ class Archive:
         self.structure_of[entry.id] = structure
         if content_hash:
             self.hashes[content_hash] = entry.id
+
+    def next_id(self) -> str:
+        """The id the next candidate of this target gets (the seed's is ``SEED_ID``)."""
+        return candidate_id(1 + max((candidate_number(e.id) for e in self.entries), default=0))
 
     def get(self, cid: str) -> ArchiveEntry:
         for entry in self.entries:

@@ -6,7 +6,7 @@
     optimizer report [-e EXPERIMENT.toml]
     optimizer branches [-e EXPERIMENT.toml] [--prune]
     optimizer ui [-e EXPERIMENT.toml] [--port 5000]
-    optimizer import-kernelbench FILE [--dest DIR] [--name NAME]
+    optimizer import-kernelbench FILE [--dest DIR] [--name NAME]   (from the kernel kind)
 
 Exit codes: 0 success, 1 the command ran but found a failure (e.g. an invalid candidate
 for ``evaluate``), 2 bad input (configuration, paths, arguments) with nothing written.
@@ -123,16 +123,12 @@ def _parser() -> argparse.ArgumentParser:
             sp.add_argument("--host", default="127.0.0.1")
         sp.set_defaults(func=func)
 
-    kb = sub.add_parser("import-kernelbench", help="turn a KernelBench problem into a target")
-    kb.add_argument("file", type=Path)
-    kb.add_argument(
-        "--dest",
-        type=Path,
-        default=Path("targets/kernels"),
-        help="folder the new target folder goes into (default targets/kernels)",
-    )
-    kb.add_argument("--name", help="target name (default: from the file name)")
-    kb.set_defaults(func=cmd_import_kernelbench)
+    import evaluators  # subcommands the target kinds contribute (their modules import fast)
+
+    for command in evaluators.commands():
+        cp = sub.add_parser(command.name, help=command.help)
+        command.add_arguments(cp)
+        cp.set_defaults(func=command.run)
     return p
 
 
@@ -225,7 +221,7 @@ def _summary_table(summary: object) -> str:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     import evaluators
-    from optimizer.evaluation import fresh_context, make_sandbox
+    from optimizer.evaluation import device_for, fresh_context, make_sandbox
     from optimizer.targets import load_target
 
     workspace = _workspace_of(args.experiment) if args.experiment.exists() else Path.cwd()
@@ -257,8 +253,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     sandbox_cfg = build_section(SandboxConfig, overrides.pop("sandbox", {}), "--set", "sandbox")
     target = load_target(folder.resolve(), folder.resolve().parent, overrides)
-    # the workspace's cache (e.g. the speculative target model) outlives this evaluation
-    os.environ.setdefault("OPTIMIZER_CACHE_DIR", str(workspace / ".optimizer" / "cache"))
     replacements = _match_files(target.editable, args.files)
     evaluator = evaluators.get(target.kind)(target)
     with tempfile.TemporaryDirectory(prefix="optimizer-eval-") as tmp:
@@ -275,7 +269,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         )
         sandbox = make_sandbox(config, target, evaluator)
         with sandbox:
-            ctx = fresh_context(config, target, "candidate", sandbox, timeout_s=target.timeout_s)
+            ctx = fresh_context(
+                config, target, "candidate", sandbox, timeout_s=target.timeout_s,
+                device=device_for(evaluator),
+            )
+            # the workspace's cache (e.g. a trained target model) outlives this evaluation
+            ctx.cache_dir = workspace / ".optimizer" / "cache"
             result = evaluator.evaluate(cand_dir, ctx)
     data = result.to_json()
     data["target"] = target.name
@@ -419,16 +418,6 @@ def _stop_group(proc: subprocess.Popen[bytes]) -> None:
         except ProcessLookupError:
             pass
         return
-
-
-def cmd_import_kernelbench(args: argparse.Namespace) -> int:
-    from optimizer.kernelbench import import_kernelbench
-
-    if not args.file.is_file():
-        raise ConfigError(f"{args.file}: no such KernelBench problem file")
-    folder = import_kernelbench(args.file, args.dest, args.name)
-    print(f'target written to {folder}; add it to an experiment with [[targets]] path = "{folder}"')
-    return 0
 
 
 if __name__ == "__main__":

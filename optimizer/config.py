@@ -25,6 +25,7 @@ Layout of an experiment file::
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 import types
 import typing
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from optimizer.accounting import Prices
 from optimizer.errors import ConfigError
 from optimizer.targets import TargetSpec, load_target
 
@@ -51,10 +53,64 @@ class OfflineConfig:
 
 
 @dataclass(frozen=True)
+class LLMConfig:
+    """``[proposer.llm]`` of an experiment file; every key is a field of the same name."""
+
+    base_url: str | None = None  # None = OpenAI; e.g. "http://localhost:8000/v1" for vLLM
+    model: str = "gpt-5-mini"
+    api_key_env: str = "OPENAI_API_KEY"
+    temperature: float | None = None  # None = the server's default (reasoning models want it)
+    reasoning_effort: str | None = None  # "minimal" | "low" | "medium" | "high"; None = omit
+    timeout_s: float = 120.0
+    max_retries: int = 4
+    max_tokens: int | None = None  # None = the server's limit
+    # USD per million tokens; the defaults are gpt-5-mini's list prices at the time of writing.
+    price_input_per_m: float = 0.25
+    price_cached_input_per_m: float = 0.025
+    price_output_per_m: float = 2.0
+    models: tuple[tuple[str, float], ...] = ()  # (name, weight); empty = just `model`
+    selection: str = "weights"  # "weights" or "bandit" (Thompson sampling, improvement per USD)
+    retry_base_s: float = 1.0  # first backoff; doubles per retry, with jitter
+    retry_max_s: float = 60.0  # cap on one wait, Retry-After included
+    # Most recent candidates shown: between max_feedback/2 + 1 and max_feedback (epochs of
+    # max_feedback/2 calls). 12 rather than 8: 0.858 instead of 0.846 of each prompt is the
+    # previous call's prefix (bench/prompt_cache_share.py), and the model sees more outcomes.
+    max_feedback: int = 12
+    max_inspirations: int = 3
+    max_artifact_chars: int = 800  # per artifact (validation report, log) in the prompt
+
+    def __post_init__(self) -> None:
+        pairs: list[Any] = [tuple(m) for m in self.models]  # TOML gives lists of lists
+        if any(len(p) != 2 for p in pairs):
+            raise ValueError('models: each entry is a pair ["model-name", weight]')
+        models = tuple((str(name), float(weight)) for name, weight in pairs)
+        object.__setattr__(self, "models", models)
+        if self.selection not in ("weights", "bandit"):
+            raise ValueError(f"selection must be 'weights' or 'bandit', not {self.selection!r}")
+        if any(w <= 0 or not math.isfinite(w) for _, w in models):
+            raise ValueError("models: every weight must be a positive number")
+        if self.timeout_s <= 0 or self.max_retries < 0:
+            raise ValueError("timeout_s must be positive and max_retries non-negative")
+        prices = (self.price_input_per_m, self.price_cached_input_per_m, self.price_output_per_m)
+        if any(p < 0 for p in prices):
+            raise ValueError("prices must be non-negative (USD per million tokens)")
+
+    @property
+    def prices(self) -> Prices:
+        return Prices(
+            self.price_input_per_m, self.price_cached_input_per_m, self.price_output_per_m
+        )
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.models) or (self.model,)
+
+
+@dataclass(frozen=True)
 class ProposerConfig:
     kind: str = "offline"  # offline | llm | replay:PATH
     offline: OfflineConfig = field(default_factory=OfflineConfig)
-    llm: Mapping[str, Any] = field(default_factory=dict)  # LLMSettings fields
+    llm: LLMConfig = field(default_factory=LLMConfig)
 
 
 @dataclass(frozen=True)
@@ -197,7 +253,10 @@ def build_section(cls: type, data: Any, file: str, prefix: str) -> Any:
             kwargs[name] = build_section(hint, value, file, f"{prefix}.{name}")
         else:
             kwargs[name] = _check_type(value, hint, file, f"{prefix}.{name}")
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:  # a section's own checks (__post_init__)
+        raise ConfigError(str(exc), file=file, key=prefix) from None
 
 
 def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
@@ -287,34 +346,8 @@ def _proposer(data: Any, file: str) -> ProposerConfig:
             key="proposer.kind",
         )
     offline = build_section(OfflineConfig, data.get("offline", {}), file, "proposer.offline")
-    llm = data.get("llm", {})
-    if not isinstance(llm, dict):
-        raise ConfigError("must be a table", file=file, key="proposer.llm")
-    if llm or kind == "llm":
-        llm_settings_from(llm, file)  # validate now, so that nothing is written on error
+    llm = build_section(LLMConfig, data.get("llm", {}), file, "proposer.llm")
     return ProposerConfig(kind=kind, offline=offline, llm=llm)
-
-
-def llm_settings_from(data: Mapping[str, Any], file: str = "<config>") -> Any:
-    """Build ``LLMSettings`` from the [proposer.llm] table, with unknown keys an error."""
-    from optimizer.proposers.llm import LLMSettings
-
-    names = {f.name for f in dataclasses.fields(LLMSettings)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ConfigError(
-            f"unknown key; allowed in [proposer.llm]: {', '.join(sorted(names))}",
-            file=file,
-            key=f"proposer.llm.{unknown[0]}",
-        )
-    values: dict[str, Any] = {
-        k: tuple(tuple(x) if isinstance(x, list) else x for x in v) if isinstance(v, list) else v
-        for k, v in data.items()
-    }
-    try:
-        return LLMSettings(**values)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(str(exc), file=file, key="proposer.llm") from None
 
 
 def _targets(
@@ -359,7 +392,11 @@ def _targets(
         for k, v in extra.items():
             if k not in ("share", "max_candidates"):
                 settings[k] = _merge_setting(settings.get(k), v)
-        spec = load_target(folder, workspace, settings)
+        try:
+            spec = load_target(folder, workspace, settings)
+            _check_kind(spec)
+        except ConfigError as exc:
+            raise _blame(exc, settings, name_guess, file, key) from None
         if spec.name in used:
             raise ConfigError(f"two targets are named {spec.name!r}", file=file, key=key)
         used.add(spec.name)
@@ -376,6 +413,40 @@ def _targets(
                 + ", ".join(e.spec.name for e in entries)
             )
     return tuple(entries)
+
+
+def _blame(
+    exc: ConfigError, settings: Mapping[str, Any], target: str, file: str, key: str
+) -> ConfigError:
+    """A target's error against the experiment file when this experiment set the key."""
+    node: Any = settings
+    for part in (exc.key or "").replace("[", ".").replace("]", "").split("."):
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        elif isinstance(node, Mapping) and part in node:
+            node = node[part]
+        else:
+            return exc
+    if not exc.key:
+        return exc
+    return ConfigError(f"target '{target}': {exc.message}", file=file,
+                       key=f"{key}.settings.{exc.key}")
+
+
+def _check_kind(spec: TargetSpec) -> None:
+    """The target's kind exists and accepts its ``[evaluator]`` settings (unknown keys in
+    any nested table are errors): the evaluator is built once here, before anything is
+    written."""
+    import evaluators
+
+    try:
+        evaluators.get(spec.kind)(spec)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(
+            f"target '{spec.name}': {exc}", file=f"{spec.rel_path}/target.toml", key="evaluator"
+        ) from None
 
 
 def _merge_setting(old: Any, new: Any) -> Any:

@@ -1,14 +1,17 @@
 """Evaluating one candidate: the sandbox a target kind gets, its private directories, the
 evaluator's stages with every failure turned into a state, and what the evaluation leaves
-behind (logs, training curves, weights) handed to MLflow."""
+behind (logs, and the kind's own outputs such as curves and weights) handed to MLflow.
+
+Nothing here knows a kind by name: the evaluator says whether it wants a GPU, which
+environment its sandboxed processes need and what it leaves behind."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import secrets
 import shutil
+import sys
 import time
 import traceback
 from collections.abc import Mapping
@@ -21,6 +24,7 @@ from optimizer.errors import SandboxError
 from optimizer.night import Run
 from optimizer.records import CandidateState, EvalResult
 from optimizer.sandbox import Sandbox, SandboxSettings
+from optimizer.sandbox.host import PROJECT_ROOT
 from optimizer.targets import TargetSpec
 
 log = logging.getLogger("optimizer.loop")
@@ -32,7 +36,9 @@ def evaluate_candidate(
     """Run the evaluator's stages; anything that goes wrong is a state with a reason."""
     recorder = RecordingSandbox(sandbox)
     timeout_s = r.config.sandbox.timeout_s or target.timeout_s
-    ctx = fresh_context(r.config, target, cid, recorder, timeout_s=timeout_s)
+    ctx = fresh_context(
+        r.config, target, cid, recorder, timeout_s=timeout_s, device=device_for(evaluator)
+    )
     start = time.perf_counter()
     try:
         result = evaluator.evaluate(cand_dir, ctx)
@@ -55,7 +61,13 @@ def io_dir_of(config: ExperimentConfig, target: TargetSpec, key: str) -> Path:
 
 
 def fresh_context(
-    config: ExperimentConfig, target: TargetSpec, key: str, sandbox: Any, *, timeout_s: float
+    config: ExperimentConfig,
+    target: TargetSpec,
+    key: str,
+    sandbox: Any,
+    *,
+    timeout_s: float,
+    device: str = "cpu",
 ) -> EvalContext:
     """An evaluation context with empty private directories and a fresh hidden seed.
 
@@ -72,26 +84,26 @@ def fresh_context(
         secrets.randbits(63),
         scratch,
         io_dir,
-        device=device_for(target),
+        device=device,
         timeout_s=timeout_s,
+        cache_dir=config.state_dir / "cache",
     )
 
 
-def log_outputs(r: Run, run_id: str, result: EvalResult, io_dir: Path) -> None:
-    """Outputs an evaluator leaves besides metrics: a training curve, a model's weights."""
+def log_outputs(
+    r: Run, evaluator: Evaluator, run_id: str, result: EvalResult, io_dir: Path
+) -> None:
+    """What the kind says an evaluation left besides metrics (curves, weights)."""
     try:
-        curve = result.artifacts.get("training_curve.json")
-        if curve:
-            points = [(int(p["step"]), float(p["loss"])) for p in json.loads(curve)]
-            if points:
-                r.tracker.log_curve(run_id, "distill_loss", points)
-        draft = result.artifacts.get("draft.json")
-        if draft and result.ok:
-            weights = Path(json.loads(draft).get("weights") or "")
+        outputs = evaluator.outputs(result, io_dir)
+        for name, points in outputs.curves.items():
+            r.tracker.log_curve(run_id, name, list(points))
+        for path, folder in outputs.files:
+            file = Path(path)
             # only a file the evaluation wrote into its own io dir is taken
-            if weights.is_file() and weights.resolve().is_relative_to(io_dir.resolve()):
-                r.tracker.log_artifact_file(run_id, weights, "draft")
-    except (ValueError, KeyError, TypeError) as exc:
+            if file.is_file() and file.resolve().is_relative_to(io_dir.resolve()):
+                r.tracker.log_artifact_file(run_id, file, folder)
+    except (ValueError, KeyError, TypeError, OSError) as exc:
         log.warning("outputs of run %s not logged: %s", run_id, exc)
     finally:
         shutil.rmtree(io_dir, ignore_errors=True)
@@ -125,18 +137,34 @@ class RecordingSandbox:
         return "\n".join(parts)
 
 
-def device_for(target: TargetSpec) -> str:
-    """ "cuda" for GPU kinds on a machine with an NVIDIA driver, else "cpu".
+def device_for(evaluator: Evaluator | None) -> str:
+    """ "cuda" for a kind that uses a GPU, on a machine with an NVIDIA driver, else "cpu".
 
     Decided from the device node, not by importing torch: the engine must not create a CUDA
     context before the sandbox forks its candidates.
     """
-    gpu_kind = target.kind in ("kernel", "speculative")
-    return "cuda" if gpu_kind and Path("/dev/nvidiactl").exists() else "cpu"
+    wants = evaluator is not None and type(evaluator).uses_gpu
+    return "cuda" if wants and Path("/dev/nvidiactl").exists() else "cpu"
+
+
+def code_roots(cls: type) -> tuple[Path, ...]:
+    """Import roots the sandboxed child needs for ``cls``'s entry functions besides the
+    project's own (a kind living in a user's package)."""
+    module = sys.modules.get(cls.__module__)
+    file = getattr(module, "__file__", None)
+    if not file:
+        return ()
+    root = Path(file).resolve().parent
+    for _ in cls.__module__.split(".")[1:]:
+        root = root.parent
+    if file.endswith("__init__.py"):
+        root = root.parent
+    return () if root == PROJECT_ROOT else (root,)
 
 
 def make_sandbox(config: ExperimentConfig, target: TargetSpec, evaluator: Evaluator) -> Sandbox:
-    gpu = device_for(target) == "cuda"
+    device = device_for(evaluator)
+    gpu = device == "cuda"
     wanted: dict[str, Any] = {
         "timeout_s": config.sandbox.timeout_s or target.timeout_s,
         # a CUDA context reserves terabytes of address space: RLIMIT_AS cannot bound it
@@ -147,8 +175,8 @@ def make_sandbox(config: ExperimentConfig, target: TargetSpec, evaluator: Evalua
         "rw_root": config.state_dir / "worktrees",
         "preload": tuple(type(evaluator).preload),
         "extra_ro": (target.path,),  # the trusted target folder (evaluate.py, reference)
-        # Triton reads TRITON_INTERPRET when it is imported, i.e. in the warm zygote
-        "extra_env": {"TRITON_INTERPRET": "1"} if target.kind == "kernel" and not gpu else {},
+        "extra_env": evaluator.sandbox_env(device),
+        "python_path": code_roots(type(evaluator)),
         "allow_gpu": gpu,
     }
     fields = {f.name for f in dataclasses.fields(SandboxSettings)}

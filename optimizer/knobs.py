@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from optimizer.errors import ProposalError
+from optimizer.errors import KnobError, ProposalError
 
 if TYPE_CHECKING:  # optuna costs ~0.5 s to import; only distributions() needs it
     from optuna.distributions import BaseDistribution
@@ -41,28 +41,6 @@ _COMMENT = re.compile(r"\s*#\s*knob:(.*)$")
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 _RANGE = re.compile(r"^(int|float)\s+(\S+?)\s*\.\.\s*(\S+)(.*)$")
 _LITERAL_TYPES = (bool, int, float, str, type(None))
-
-
-class KnobError(ProposalError):
-    """A knob declaration or value is unusable; says which file, line and knob, and the fix."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        file: str | None = None,
-        line: int | None = None,
-        knob: str | None = None,
-    ):
-        self.file = file
-        self.line = line
-        self.knob = knob
-        where = file or ""
-        if line is not None:
-            where = f"{where}, line {line}" if where else f"line {line}"
-        if knob:
-            where = f"{where}: knob {knob}" if where else f"knob {knob}"
-        super().__init__(f"{where}: {message}" if where else message)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import random
 import time
 from collections.abc import Callable
@@ -37,9 +36,17 @@ from optimizer.night import (
     open_night,
     trace_llm_calls,
 )
-from optimizer.proposers._base import ArchiveEntry, ProposalContext, Proposer
-from optimizer.recording import commit_message, set_result_attrs, tell
-from optimizer.records import Candidate, CandidateState, EvalResult, Proposal, content_hash
+from optimizer.proposers._base import ProposalContext, Proposer
+from optimizer.recording import running_message, save, write_attrs
+from optimizer.records import (
+    ArchiveEntry,
+    Candidate,
+    CandidateRecord,
+    CandidateState,
+    EvalResult,
+    Proposal,
+    content_hash,
+)
 from optimizer.resume import load_archive, recover_interrupted
 from optimizer.sandbox import Sandbox
 from optimizer.stores import enable_fast_sqlite
@@ -72,8 +79,6 @@ def run(
     enable_fast_sqlite()
     for sub in ("reports", "logs", "cache", "worktrees"):
         (config.state_dir / sub).mkdir(parents=True, exist_ok=True)
-    # trusted evaluators keep expensive artefacts (e.g. a trained target model) here
-    os.environ.setdefault("OPTIMIZER_CACHE_DIR", str(config.state_dir / "cache"))
     tracker = Tracker(config.tracking_uri, config.name, config.state_dir / "mlartifacts")
     night, parent_run_id = open_night(config, tracker, resume)
     summary = RunSummary(config.name, night, parent_run_id)
@@ -136,6 +141,7 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
     rng = random.Random(f"{r.config.seed}/{target.name}/{len(archive.entries)}")
     search_deadline = deadline - CONFIRM_SHARE * max(0.0, deadline - time.monotonic())
     dup_streak = 0
+    kind_text, trusted_files = evaluator.prompt_text(), evaluator.prompt_files()
     with make_sandbox(r.config, target, evaluator) as sandbox:
         if archive.seed is None:
             seed_files = target.seed_files()
@@ -175,6 +181,8 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
                 rng_seed=r.config.seed,
                 iteration=len(archive.entries) + out.duplicates,
                 structures_seen=archive.structures(),
+                kind_text=kind_text,
+                trusted_files=trusted_files,
             )
             try:
                 proposal = r.proposer.propose(context)
@@ -232,9 +240,8 @@ def _candidate(
         _record_duplicate(study, trial, archive, archive.hashes[digest])
         out.duplicates += 1
         return False
-    cid = f"c{_next_number(archive):04d}"
     cand = Candidate(
-        cid,
+        archive.next_id(),
         target.name,
         proposal.parent_id,
         proposal.proposer,
@@ -242,63 +249,36 @@ def _candidate(
         values,
         digest,
         proposal.summary,
+        structure,
     )
-    trial.set_user_attr("candidate", cid)
-    for key, value in (
-        ("proposer", cand.proposer),
-        ("parent", cand.parent_id or ""),
-        ("summary", cand.summary[:500]),
-        ("structure", structure),
-        ("content_hash", digest),
-        ("state", CandidateState.RUNNING.value),
-    ):
-        trial.set_user_attr(key, value)
-    branch = r.ws.candidate_branch(target.name, cid)
-    cand_dir = r.ws.create_worktree(target.rel_path, target.name, cid, files)
-    r.ws.commit_candidate(
-        target.name,
-        cid,
-        f"{target.name} {cid}: {cand.summary or 'candidate'}"
-        f"\n\nstate: RUNNING\nproposer: {cand.proposer}\n",
-    )
-    trial.set_user_attr("branch", branch)
+    record = CandidateRecord.of(cand)
+    write_attrs(trial, record)  # RUNNING: a killed run finds it and finishes its record
+    cand_dir = r.ws.create_worktree(target.rel_path, target.name, cand.id, files)
+    r.ws.commit_candidate(target.name, cand.id, running_message(target, cand))
+    record = dataclasses.replace(record, branch=r.ws.candidate_branch(target.name, cand.id))
+    trial.set_user_attr("branch", record.branch)
     overhead = time.perf_counter() - t0
 
-    result, eval_log = evaluate_candidate(r, target, evaluator, sandbox, cid, cand_dir)
+    result, eval_log = evaluate_candidate(r, target, evaluator, sandbox, cand.id, cand_dir)
 
     t1 = time.perf_counter()
-    commit = r.ws.annotate(target.name, cid, commit_message(target, cand, result))
-    diff = r.ws.diff(target.name, cid)
-    run_id = r.tracker.log_candidate(
-        parent_run_id=r.summary.parent_run_id,
-        candidate=cand,
-        result=result,
-        branch=branch,
-        commit=commit,
-        trial_number=trial.number,
-        diff=diff,
+    io_dir = io_dir_of(r.config, target, cand.id)
+    save(
+        r,
+        target,
+        study,
+        trial,
+        record,
+        cand,
+        result,
         prompt=proposal.prompt,
         response=proposal.response,
         eval_log=eval_log,
+        outputs=lambda run_id: log_outputs(r, evaluator, run_id, result, io_dir),
     )
-    log_outputs(r, run_id, result, io_dir_of(r.config, target, cid))
-    set_result_attrs(trial, result, commit, run_id)
-    tell(study, trial, result)
     if not r.config.vcs.keep_worktrees:
-        r.ws.remove_worktree(target.name, cid)
-    entry = ArchiveEntry(
-        cid,
-        cand.parent_id,
-        files,
-        values,
-        result.state,
-        result.reason,
-        dict(result.metrics),
-        tuple(result.objectives),
-        dict(result.artifacts),
-        cand.summary,
-        cand.proposer,
-    )
+        r.ws.remove_worktree(target.name, cand.id)
+    entry = ArchiveEntry.of(cand, result)
     archive.add(entry, structure, digest)
     r.proposer.observe(entry)
     r.budget.candidates += 1
@@ -317,38 +297,24 @@ def _record_rejected(
     proposal: Proposal,
     out: TargetSummary,
 ) -> None:
-    cid = f"c{_next_number(archive):04d}"
+    """A proposal without usable code: a REJECTED candidate with a trial and a run, no branch."""
     trial = study.ask()
     result = EvalResult(CandidateState.REJECTED, str(proposal.rejected), "proposal")
     cand = Candidate(
-        cid, target.name, proposal.parent_id, proposal.proposer, {}, {}, "", proposal.summary
-    )
-    trial.set_user_attr("candidate", cid)
-    trial.set_user_attr("proposer", proposal.proposer)
-    trial.set_user_attr("parent", proposal.parent_id or "")
-    run_id = r.tracker.log_candidate(
-        parent_run_id=r.summary.parent_run_id,
-        candidate=cand,
-        result=result,
-        branch="",
-        commit="",
-        trial_number=trial.number,
-        diff="",
-        prompt=proposal.prompt,
-        response=proposal.response,
-    )
-    set_result_attrs(trial, result, "", run_id)
-    study.tell(trial, state=TrialState.FAIL)
-    entry = ArchiveEntry(
-        cid,
+        archive.next_id(),
+        target.name,
         proposal.parent_id,
-        dict(proposal.files),
+        proposal.proposer,
         {},
-        CandidateState.REJECTED,
-        result.reason,
-        summary=proposal.summary,
-        proposer=proposal.proposer,
+        {},
+        "",
+        proposal.summary,
     )
+    record = CandidateRecord.of(cand)
+    write_attrs(trial, record)
+    save(r, target, study, trial, record, cand, result, prompt=proposal.prompt,
+         response=proposal.response)
+    entry = ArchiveEntry.of(cand, result, files=proposal.files)
     archive.add(entry, "rejected")
     r.proposer.observe(entry)
     r.budget.candidates += 1
@@ -357,11 +323,11 @@ def _record_rejected(
 
 
 def _record_duplicate(study: optuna.Study, trial: Any, archive: Archive, of: str) -> None:
-    trial.set_user_attr("state", CandidateState.DUPLICATE.value)
-    trial.set_user_attr("duplicate_of", of)
+    """Not evaluated: no candidate id, branch or run; the sampler learns the known value."""
+    write_attrs(trial, CandidateRecord(state=CandidateState.DUPLICATE, duplicate_of=of))
     original = archive.get(of)
     if original.state is CandidateState.VALID and original.objectives:
-        study.tell(trial, list(original.objectives))  # the sampler learns the known value
+        study.tell(trial, list(original.objectives))
     else:
         study.tell(trial, state=TrialState.FAIL)
 
@@ -379,10 +345,6 @@ def _say_candidate(
         f"{value.splitlines()[0] if value else ''}"
         f" | {best_s} | {entry.proposer} | {left:.1f} min left"
     )
-
-
-def _next_number(archive: Archive) -> int:
-    return 1 + max((int(e.id[1:]) for e in archive.entries), default=0)
 
 
 def _finish_summary(out: TargetSummary, archive: Archive, earlier: int) -> TargetSummary:

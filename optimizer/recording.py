@@ -1,32 +1,86 @@
-"""How a candidate's outcome is written into Optuna trials and git commit messages."""
+"""The one save order of a candidate, and how its outcome reads in git and Optuna.
+
+Every place that finishes a candidate (an evaluated one, a rejected proposal, one a killed
+run left behind) calls :func:`save`, which writes the three stores in the documented order:
+
+    annotate the branch -> MLflow child run (and the kind's outputs) -> trial attributes
+    (``state`` last) -> tell
+
+so that a run killed between any two steps can be resumed with the stores agreeing: a
+trial whose record is complete was logged and only needs its tell; anything else is
+marked FAILED ("interrupted") everywhere (:mod:`optimizer.resume`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
-from optimizer.records import Candidate, CandidateState, EvalResult
+from optimizer.night import Run
+from optimizer.records import Candidate, CandidateRecord, CandidateState, EvalResult
 from optimizer.targets import TargetSpec
 
 
-def tell(study: optuna.Study, trial: optuna.trial.Trial, result: EvalResult) -> None:
+def save(
+    r: Run,
+    target: TargetSpec,
+    study: optuna.Study,
+    trial: optuna.trial.Trial,
+    record: CandidateRecord,
+    cand: Candidate,
+    result: EvalResult,
+    *,
+    prompt: str = "",
+    response: str = "",
+    eval_log: str = "",
+    outputs: Callable[[str], None] | None = None,
+) -> CandidateRecord:
+    """Finish ``cand`` in git, MLflow and Optuna, in that order; returns the final record.
+
+    ``outputs(run_id)`` logs what the evaluation left besides metrics (called right after
+    the MLflow run exists). A candidate without a branch (a rejected proposal: no code)
+    skips the git step.
+    """
+    commit = diff = ""
+    if record.branch:
+        commit = r.ws.annotate(target.name, cand.id, commit_message(target, cand, result))
+        diff = r.ws.diff(target.name, cand.id)
+    run_id = r.tracker.log_candidate(
+        parent_run_id=r.summary.parent_run_id,
+        candidate=cand,
+        result=result,
+        branch=record.branch,
+        commit=commit,
+        trial_number=trial.number,
+        diff=diff,
+        prompt=prompt,
+        response=response,
+        eval_log=eval_log,
+    )
+    if outputs is not None:
+        outputs(run_id)
+    final = record.finished(result, commit, run_id)
+    write_attrs(trial, final)
+    tell(study, trial, result)
+    return final
+
+
+def write_attrs(trial: Any, record: CandidateRecord) -> None:
+    """The record into the trial's user attributes (``state`` last: it marks completion)."""
+    for key, value in record.to_attrs().items():
+        trial.set_user_attr(key, value)
+
+
+def tell(study: optuna.Study, trial: Any, result: EvalResult) -> None:
     if result.ok and result.objectives:
         study.tell(trial, list(result.objectives))
     elif result.state is CandidateState.PRUNED:
         study.tell(trial, state=TrialState.PRUNED)
     else:
         study.tell(trial, state=TrialState.FAIL)
-
-
-def set_result_attrs(trial: Any, result: EvalResult, commit: str, run_id: str) -> None:
-    trial.set_user_attr("reason", result.reason[:2000])
-    trial.set_user_attr("metrics", {k: float(v) for k, v in result.metrics.items()})
-    trial.set_user_attr("objectives", list(result.objectives))
-    trial.set_user_attr("commit", commit)
-    trial.set_user_attr("mlflow_run_id", run_id)
-    trial.set_user_attr("state", result.state.value)  # last: marks the record complete
 
 
 def commit_message(target: TargetSpec, cand: Candidate, result: EvalResult) -> str:
@@ -45,3 +99,11 @@ def commit_message(target: TargetSpec, cand: Candidate, result: EvalResult) -> s
         lines.append(f"metric {name}: {value:.6g}")
     lines.append(f"evaluation: {result.cost_s:.2f} s")
     return "\n".join(lines) + "\n"
+
+
+def running_message(target: TargetSpec, cand: Candidate) -> str:
+    """The branch's message while its candidate is evaluated."""
+    return (
+        f"{target.name} {cand.id}: {cand.summary or 'candidate'}"
+        f"\n\nstate: RUNNING\nproposer: {cand.proposer}\n"
+    )

@@ -2,6 +2,9 @@
 
 These are plain data: no clients, no callables. Every record that crosses a process
 boundary has ``to_json``/``from_json`` so that results come back as data, never pickles.
+With :mod:`optimizer.targets` and :mod:`optimizer.errors` this module is the engine's leaf
+vocabulary: it imports only the standard library, and evaluators import nothing else of
+the engine.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 import enum
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -133,11 +136,26 @@ class Proposal:
     rejected: str | None = None
 
 
+def candidate_id(number: int) -> str:
+    """The id of the ``number``-th candidate of a target: ``c0001`` is always its seed."""
+    return f"c{number:04d}"
+
+
+def candidate_number(cid: str) -> int:
+    """The inverse of :func:`candidate_id`."""
+    if not (cid.startswith("c") and cid[1:].isdigit()):
+        raise ValueError(f"not a candidate id: {cid!r}")
+    return int(cid[1:])
+
+
+SEED_ID = candidate_id(1)
+
+
 @dataclass(frozen=True)
 class Candidate:
     """A concrete program: files with knob values substituted, ready to evaluate."""
 
-    id: str  # "c0007", unique per experiment/target
+    id: str  # "c0007", unique per experiment/target (see candidate_id)
     target: str
     parent_id: str | None
     proposer: str
@@ -145,7 +163,167 @@ class Candidate:
     knobs: Mapping[str, Any]
     content_hash: str
     summary: str = ""
-    state: CandidateState = CandidateState.PENDING
+    structure: str = ""  # hash of the sources with knob declarations (knobs.structure_key)
+
+
+@dataclass(frozen=True)
+class ArchiveEntry:
+    """An evaluated candidate as the archive and proposers see it.
+
+    ``files`` are the candidate's sources *with knob declarations* (the structure) and
+    ``knobs`` the values it was evaluated with; ``objectives`` follow the target's order.
+    """
+
+    id: str
+    parent_id: str | None
+    files: Mapping[str, str]
+    knobs: Mapping[str, Any]
+    state: CandidateState
+    reason: str = ""
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    objectives: tuple[float, ...] = ()
+    artifacts: Mapping[str, str] = field(default_factory=dict)
+    summary: str = ""
+    proposer: str = ""
+
+    @classmethod
+    def of(
+        cls, cand: Candidate, result: EvalResult, files: Mapping[str, str] | None = None
+    ) -> ArchiveEntry:
+        """The entry of ``cand`` evaluated as ``result``; ``files`` are its sources with
+        knob declarations (default: the candidate's own files)."""
+        return cls(
+            id=cand.id,
+            parent_id=cand.parent_id,
+            files=dict(cand.files if files is None else files),
+            knobs=dict(cand.knobs),
+            state=result.state,
+            reason=result.reason,
+            metrics=dict(result.metrics),
+            objectives=tuple(result.objectives),
+            artifacts=dict(result.artifacts),
+            summary=cand.summary,
+            proposer=cand.proposer,
+        )
+
+
+@dataclass(frozen=True)
+class CandidateRecord:
+    """What a candidate's Optuna trial holds about it: the record that persists.
+
+    Written only by :func:`optimizer.recording.save` (the documented save order) and read
+    back with :meth:`from_trial` by resume, status, report and winners. The attribute names
+    are stable (tools and people read them): ``candidate``, ``state``, ``reason``,
+    ``proposer``, ``parent``, ``summary``, ``structure``, ``content_hash``, ``branch``,
+    ``commit``, ``mlflow_run_id``, ``metrics``, ``objectives``, ``duplicate_of``.
+    ``state`` is written last: a record whose state is finished is complete.
+    """
+
+    candidate: str = ""
+    state: CandidateState = CandidateState.RUNNING
+    reason: str = ""
+    proposer: str = ""
+    parent: str | None = None
+    summary: str = ""
+    structure: str = ""
+    content_hash: str = ""
+    branch: str = ""
+    commit: str = ""
+    mlflow_run_id: str = ""
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    objectives: tuple[float, ...] = ()
+    duplicate_of: str = ""
+
+    @classmethod
+    def of(cls, cand: Candidate, branch: str = "") -> CandidateRecord:
+        """The record of ``cand`` while it is evaluated (state RUNNING)."""
+        return cls(
+            candidate=cand.id,
+            proposer=cand.proposer,
+            parent=cand.parent_id,
+            summary=cand.summary[:500],
+            structure=cand.structure,
+            content_hash=cand.content_hash,
+            branch=branch,
+        )
+
+    def finished(self, result: EvalResult, commit: str, run_id: str) -> CandidateRecord:
+        return replace(
+            self,
+            state=result.state,
+            reason=result.reason[:2000],
+            metrics={k: float(v) for k, v in result.metrics.items()},
+            objectives=tuple(float(v) for v in result.objectives),
+            commit=commit,
+            mlflow_run_id=run_id,
+        )
+
+    @property
+    def complete(self) -> bool:
+        """Evaluated and logged: only the tell can have been lost."""
+        return self.state.finished and bool(self.mlflow_run_id)
+
+    def to_attrs(self) -> dict[str, Any]:
+        """User attributes, ``state`` last; empty values are left out."""
+        attrs: dict[str, Any] = {
+            "candidate": self.candidate,
+            "proposer": self.proposer,
+            "parent": self.parent or "",
+            "summary": self.summary,
+            "structure": self.structure,
+            "content_hash": self.content_hash,
+            "branch": self.branch,
+            "duplicate_of": self.duplicate_of,
+            "reason": self.reason,
+            "commit": self.commit,
+            "mlflow_run_id": self.mlflow_run_id,
+        }
+        attrs = {k: v for k, v in attrs.items() if v}
+        if self.state.finished:
+            attrs["metrics"] = {k: float(v) for k, v in self.metrics.items()}
+            attrs["objectives"] = [float(v) for v in self.objectives]
+        attrs["state"] = self.state.value
+        return attrs
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any]) -> CandidateRecord:
+        try:
+            state = CandidateState(attrs.get("state", CandidateState.RUNNING.value))
+        except ValueError:
+            state = CandidateState.FAILED
+        return cls(
+            candidate=str(attrs.get("candidate", "")),
+            state=state,
+            reason=str(attrs.get("reason", "")),
+            proposer=str(attrs.get("proposer", "")),
+            parent=str(attrs.get("parent") or "") or None,
+            summary=str(attrs.get("summary", "")),
+            structure=str(attrs.get("structure", "")),
+            content_hash=str(attrs.get("content_hash", "")),
+            branch=str(attrs.get("branch", "")),
+            commit=str(attrs.get("commit", "")),
+            mlflow_run_id=str(attrs.get("mlflow_run_id", "")),
+            metrics={str(k): float(v) for k, v in dict(attrs.get("metrics") or {}).items()},
+            objectives=tuple(float(v) for v in attrs.get("objectives") or ()),
+            duplicate_of=str(attrs.get("duplicate_of", "")),
+        )
+
+    @classmethod
+    def from_trial(cls, trial: Any) -> CandidateRecord:
+        """The record of an Optuna trial (a ``FrozenTrial``, or anything with
+        ``user_attrs``)."""
+        return cls.from_attrs(trial.user_attrs)
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """What an evaluation leaves besides metrics, for the tracker (see
+    ``Evaluator.outputs``): ``curves`` are metric histories (name -> (step, value)
+    points), ``files`` are (path, artifact folder) pairs; only files inside the
+    evaluation's own io directory are logged."""
+
+    curves: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    files: tuple[tuple[str, str], ...] = ()
 
 
 def content_hash(files: Mapping[str, str]) -> str:

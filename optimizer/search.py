@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,18 +48,39 @@ def make_sampler(
     )
 
 
+# the storage each study was opened with (its public interface reopens RUNNING trials)
+_STORAGE_OF: weakref.WeakKeyDictionary[optuna.Study, optuna.storages.BaseStorage] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def storage_for(url: str) -> optuna.storages.BaseStorage:
+    if url.startswith("sqlite:///"):
+        from pathlib import Path
+
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    return optuna.storages.RDBStorage(url)
+
+
+def live_trial(study: optuna.Study, number: int) -> optuna.trial.Trial:
+    """A writable handle on trial ``number`` of ``study`` (one a killed run left RUNNING),
+    through the storage's public interface (``study`` comes from :func:`open_study`)."""
+    storage = _STORAGE_OF[study]
+    study_id = storage.get_study_id_from_name(study.study_name)
+    return optuna.trial.Trial(
+        study, storage.get_trial_id_from_study_id_trial_number(study_id, number)
+    )
+
+
 def open_study(
     storage: str, experiment: str, target: TargetSpec, sampler: optuna.samplers.BaseSampler
 ) -> optuna.Study:
     directions: list[Any] = [o.direction for o in target.objectives]
     name = f"{experiment}/{target.name}"
-    if storage.startswith("sqlite:///"):
-        from pathlib import Path
-
-        Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    rdb = storage_for(storage)
     try:
         study = optuna.create_study(
-            storage=storage,
+            storage=rdb,
             study_name=name,
             sampler=sampler,
             directions=directions,
@@ -68,6 +90,7 @@ def open_study(
         raise ConfigError(
             f"study {name!r} exists with other directions ({exc}); use another experiment name"
         ) from None
+    _STORAGE_OF[study] = rdb
     metrics = [o.metric for o in target.objectives]
     if study.metric_names != metrics:
         study.set_metric_names(metrics)

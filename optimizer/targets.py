@@ -130,11 +130,13 @@ def load_target(
     if not isinstance(raw_objs, list) or not raw_objs:
         raise ConfigError("must be a non-empty list of tables", file=shown, key="objectives")
     for i, obj in enumerate(raw_objs):
-        if not isinstance(obj, dict) or set(obj) - {"metric", "direction"} or "metric" not in obj:
+        extra = sorted(set(obj) - {"metric", "direction"}) if isinstance(obj, dict) else []
+        if not isinstance(obj, dict) or extra or "metric" not in obj:
             raise ConfigError(
-                'each objective is { metric = "...", direction = "minimize"|"maximize" }',
+                ("unknown key; " if extra else "")
+                + 'each objective is { metric = "...", direction = "minimize"|"maximize" }',
                 file=shown,
-                key=f"objectives[{i}]",
+                key=f"objectives[{i}]" + (f".{extra[0]}" if extra else ""),
             )
         direction = obj.get("direction", "minimize")
         if direction not in ("minimize", "maximize"):

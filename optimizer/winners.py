@@ -15,9 +15,9 @@ import optuna
 from evaluators._base import Evaluator
 from optimizer import stats
 from optimizer.archive import Archive
-from optimizer.evaluation import fresh_context
+from optimizer.evaluation import device_for, fresh_context
 from optimizer.night import Run
-from optimizer.proposers._base import ArchiveEntry
+from optimizer.records import ArchiveEntry, CandidateRecord
 from optimizer.sandbox import Sandbox
 from optimizer.targets import TargetSpec
 
@@ -59,7 +59,7 @@ def select_winner(
             return None
         evidence = _confirm(r, target, evaluator, sandbox, seed, best)
         if evidence.get("confirmed"):
-            winner = _publish(r, target, study, archive, best, evidence)
+            winner = _publish(r, target, evaluator, study, archive, best, evidence)
             r.say(
                 f"[{target.name}] winner {best.id}: {evidence['headline']} -> "
                 f"{winner['pull_branch']}"
@@ -79,10 +79,12 @@ def _confirm(
 ) -> dict[str, Any]:
     cand_dir, seed_dir = _materialize(r, target, best), _materialize(r, target, seed)
     timeout_s = max(r.config.sandbox.timeout_s or target.timeout_s, 60.0) * 4
-    ctx = fresh_context(r.config, target, "confirm", sandbox, timeout_s=timeout_s)
+    ctx = fresh_context(
+        r.config, target, "confirm", sandbox, timeout_s=timeout_s, device=device_for(evaluator)
+    )
     metric, minimize = target.primary.metric, target.primary.minimize
     try:
-        if target.noise == "timing":
+        if evaluator.confirmation() == "paired":
             res = evaluator.compare(cand_dir, seed_dir, ctx, r.config.stats.confirm_repeats)
             if not res.ok:
                 return {"confirmed": False, "headline": f"comparison failed: {res.reason[:200]}"}
@@ -108,7 +110,7 @@ def _confirm(
                 "pairs": ci.n,
                 "kind": "paired bootstrap",
             }
-        gain = _gain(seed.objectives[0], best.objectives[0], minimize)
+        gain = stats.relative_gain(seed.objectives[0], best.objectives[0], minimize=minimize)
         head = f"{metric} {seed.objectives[0]:.6g} -> {best.objectives[0]:.6g} ({gain:+.1%}, exact)"
         held_c = evaluator.held_out(cand_dir, ctx)
         held_s = evaluator.held_out(seed_dir, ctx) if held_c is not None else None
@@ -127,7 +129,7 @@ def _confirm(
             }
         hc, hs = held_c.metrics[metric], held_s.metrics[metric]
         ok = stats.exact_improvement(hs, hc, minimize=minimize, min_gain=target.min_gain)
-        hgain = _gain(hs, hc, minimize)
+        hgain = stats.relative_gain(hs, hc, minimize=minimize)
         head += f"; held-out {hs:.6g} -> {hc:.6g} ({hgain:+.1%})"
         return {
             "confirmed": ok,
@@ -140,12 +142,6 @@ def _confirm(
     finally:
         for d in (cand_dir, seed_dir, ctx.io_dir, ctx.scratch):
             shutil.rmtree(d, ignore_errors=True)
-
-
-def _gain(seed: float, cand: float, minimize: bool) -> float:
-    if minimize:
-        return seed / cand - 1 if cand > 0 else float("inf")
-    return cand / seed - 1 if seed > 0 else float("inf")
 
 
 def _metric_lines(seed: Mapping[str, float], cand: Mapping[str, float]) -> list[str]:
@@ -171,6 +167,7 @@ def _lineage(archive: Archive, entry: ArchiveEntry) -> list[ArchiveEntry]:
 def _publish(
     r: Run,
     target: TargetSpec,
+    evaluator: Evaluator,
     study: optuna.Study,
     archive: Archive,
     best: ArchiveEntry,
@@ -179,9 +176,11 @@ def _publish(
     seed = archive.seed
     assert seed is not None
     trial = next(
-        t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("candidate") == best.id
+        t
+        for t in study.get_trials(deepcopy=False)
+        if CandidateRecord.from_trial(t).candidate == best.id
     )
-    run_id = trial.user_attrs.get("mlflow_run_id", "")
+    run_id = CandidateRecord.from_trial(trial).mlflow_run_id
     metric = target.primary.metric
     change = f"{metric} {seed.objectives[0]:.4g} -> {best.objectives[0]:.4g}"
     if evidence.get("kind") == "paired bootstrap":
@@ -217,12 +216,13 @@ def _publish(
         f"- Optuna study: {study.study_name}, trial {trial.number}",
         f"- Candidate branch: {r.ws.candidate_branch(target.name, best.id)}",
     ]
-    if target.kind == "speculative" and run_id:
+    folder = type(evaluator).model_artifact
+    if folder and run_id:
         try:
-            version = r.tracker.register_model(run_id, "draft", target.name)
-            lines.append(f"- MLflow model: {target.name} version {version} (the draft's weights)")
+            version = r.tracker.register_model(run_id, folder, target.name)
+            lines.append(f"- MLflow model: {target.name} version {version} (artifacts '{folder}')")
         except Exception as exc:  # noqa: BLE001 - the pull branch matters more than the registry
-            log.warning("draft of %s not registered: %s", best.id, exc)
+            log.warning("model of %s not registered: %s", best.id, exc)
     message = "\n".join(lines) + "\n"
     branch, sha = r.ws.make_pull_branch(target.name, target.rel_path, best.files, message)
     report = r.config.state_dir / "reports" / f"{r.config.name}-{target.name}-pr.md"

@@ -46,15 +46,67 @@ DEFAULT_BASELINES = {"router": "targets/routing/baselines",
                      "scheduler": "targets/routing/baselines/scheduler"}
 
 
+_TRACE_KEYS = {"kind", "path", "start_s", "end_s", "rate_scale", "regions"}
+_FLEET_SEARCH_KEYS = {"metric", "max"}
+
+
+class SettingsError(ValueError):
+    """A bad ``[evaluator]`` setting; ``key`` is its dotted name under ``evaluator``."""
+
+    def __init__(self, message: str, key: str):
+        self.key = key
+        super().__init__(message)
+
+
+def _unknown(raw: Any, allowed: set[str], key: str) -> None:
+    if not isinstance(raw, Mapping):
+        raise SettingsError("must be a table", key)
+    extra = sorted(set(raw) - allowed)
+    if extra:
+        raise SettingsError(f"unknown key; allowed: {', '.join(sorted(allowed))}",
+                            f"{key}.{extra[0]}" if key else extra[0])
+
+
+def _check_workload(raw: Any, key: str) -> None:
+    if not isinstance(raw, Mapping):
+        raise SettingsError("must be a table", key)
+    kind = raw.get("kind", "synthetic")
+    if kind == "trace":
+        _unknown(raw, _TRACE_KEYS, key)
+    elif kind == "synthetic":
+        _unknown(raw, {f.name for f in fields(SyntheticSpec)} | {"kind", "seed", "regions"},
+                 key)
+    else:
+        raise SettingsError(f"must be 'synthetic' or 'trace', not {kind!r}", f"{key}.kind")
+
+
 def check_settings(settings: Mapping[str, Any]) -> None:
-    unknown = set(settings) - _KEYS
-    if unknown:
-        raise ValueError(f"[evaluator]: unknown key(s) {sorted(unknown)}; allowed {sorted(_KEYS)}")
+    """Every key of every nested table is known, before anything is built (traces are
+    not read here)."""
+    _unknown(settings, _KEYS, "")
     if mode_of(settings) not in MODES:
-        raise ValueError(f"mode = {settings['mode']!r}; expected one of {MODES}")
-    if mode_of(settings) == "scheduler":
-        router_path(settings)
-    baselines_dir(settings)
+        raise SettingsError(f"expected one of {MODES}, not {settings['mode']!r}", "mode")
+    _check_workload(settings.get("workload", {}), "workload")
+    if "held_out" in settings:
+        held = settings["held_out"]
+        _check_workload({**dict(settings.get("workload", {})), **dict(held)}
+                        if isinstance(held, Mapping) else held, "held_out")
+    _unknown(settings.get("fleet_search", {}), _FLEET_SEARCH_KEYS, "fleet_search")
+    _unknown(settings.get("sim", {}), {f.name for f in fields(SimConfig)}, "sim")
+    _unknown(settings.get("slo", {}), {f.name for f in fields(Slo)}, "slo")
+    for name, value in settings.items():
+        if name in ("check_requests", "max_decision_ms") and (
+                isinstance(value, bool) or not isinstance(value, int | float)):
+            raise SettingsError(f"must be a number, not {value!r}", name)
+    try:
+        if mode_of(settings) == "scheduler":
+            router_path(settings)
+        baselines_dir(settings)
+        build_fleet_from(settings)
+    except SettingsError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise SettingsError(str(exc), "pools") from None
 
 
 def mode_of(settings: Mapping[str, Any]) -> str:

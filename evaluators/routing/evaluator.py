@@ -30,10 +30,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from evaluators._base import EvalContext, Evaluator, result_from_call
+from evaluators._base import EvalContext, Evaluator, result_from_call, text_beside
 from evaluators.routing.baselines import BaselineReport, best_baseline, runner
 from evaluators.routing.child import load_policy
 from evaluators.routing.config import (
+    SettingsError,
     baselines_dir,
     build_fleet_from,
     build_sim_config,
@@ -48,6 +49,7 @@ from evaluators.routing.metrics import compute_metrics, diagnostics
 from evaluators.routing.sched import HOOKS, DecisionError, replay_hooks
 from evaluators.routing.sim import SimResult, replay, simulate
 from evaluators.routing.workload import Workload
+from optimizer.errors import ConfigError
 from optimizer.records import CandidateState, EvalResult
 
 ENTRY = "evaluators.routing.child:simulate"
@@ -60,6 +62,7 @@ class RoutingEvaluator(Evaluator):
     def __init__(self, target: Any):
         super().__init__(target)
         self.settings = dict(target.evaluator)
+        where = f"{target.rel_path}/target.toml"
         try:
             check_settings(self.settings)
             self.fleet = build_fleet_from(self.settings)
@@ -68,8 +71,10 @@ class RoutingEvaluator(Evaluator):
             self.mode = mode_of(self.settings)
             self.router = router_path(self.settings) if self.mode == "scheduler" else None
             self.baselines = baselines_dir(self.settings)
+        except SettingsError as exc:
+            raise ConfigError(str(exc), file=where, key=f"evaluator.{exc.key}") from None
         except (ValueError, TypeError) as exc:
-            raise ValueError(f"target {target.name}: [evaluator] {exc}") from None
+            raise ConfigError(str(exc), file=where, key="evaluator") from None
         self.policy = target.editable[0]
         self.check_requests = int(self.settings.get("check_requests", 200))
         self.max_decision_ms = float(self.settings.get("max_decision_ms", 1.0))
@@ -79,6 +84,9 @@ class RoutingEvaluator(Evaluator):
         self._workloads: dict[str, Workload] = {}
         self._reports: dict[str, BaselineReport | None] = {}
         self._log_key = "hooks" if self.mode == "scheduler" else "decisions"
+
+    def prompt_text(self) -> str:
+        return text_beside(__file__)
 
     def _workload(self, which: str) -> tuple[dict[str, Any], Workload]:
         raw = (held_out_settings(self.settings) if which == "held_out"

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from evaluators._base import EvalContext, Evaluator, result_from_call
+from evaluators._base import EvalContext, Evaluator, result_from_call, text_beside
 from evaluators.speculative.checks import (
     cache_divergence,
     chi_square_check,
@@ -37,8 +37,9 @@ from evaluators.speculative.checks import (
 )
 from evaluators.speculative.decoding import plain_decode
 from evaluators.speculative.distill import shared_data
-from evaluators.speculative.target import TargetBundle, load_or_build
-from optimizer.records import CandidateState, EvalResult
+from evaluators.speculative.target import PRESETS, TargetBundle, load_or_build
+from optimizer.errors import ConfigError
+from optimizer.records import CandidateState, EvalResult, Outputs
 
 # 16 timed prompts and 1,024 distillation sequences (2026-11-30, default target, independent
 # seed draft, same training seed): timed on 4 prompts it measured 1.41x, on 16 prompts (those
@@ -61,24 +62,66 @@ class CacheMismatchError(RuntimeError):
 class SpeculativeEvaluator(Evaluator):
     kind = "speculative"
     preload = ("torch",)
+    uses_gpu = True
+    model_artifact = "draft"  # a winning draft's weights become a model version
 
     def __init__(self, target: Any):
         super().__init__(target)
-        unknown = set(target.evaluator) - set(DEFAULTS)
+        where = f"{target.rel_path}/target.toml"
+        unknown = sorted(set(target.evaluator) - set(DEFAULTS))
         if unknown:
-            raise ValueError(
-                f"target {target.name}: unknown [evaluator] key(s) {sorted(unknown)} for kind "
-                f"'speculative'; allowed: {sorted(DEFAULTS)}"
+            raise ConfigError(
+                f"unknown key for kind 'speculative'; allowed in [evaluator]: "
+                f"{', '.join(sorted(DEFAULTS))}",
+                file=where,
+                key=f"evaluator.{unknown[0]}",
             )
+        for key, value in target.evaluator.items():
+            default = DEFAULTS[key]
+            number = isinstance(default, int | float) and not isinstance(default, bool)
+            if number and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise ConfigError(f"must be a number, not {value!r}", file=where,
+                                  key=f"evaluator.{key}")
+            if isinstance(default, str | list) and not isinstance(value, type(default)):
+                raise ConfigError(f"must be a {type(default).__name__}, not {value!r}",
+                                  file=where, key=f"evaluator.{key}")
         self.s = {**DEFAULTS, **dict(target.evaluator)}
+        if self.s["preset"] not in PRESETS:
+            raise ConfigError(f"unknown preset {self.s['preset']!r}; known: {sorted(PRESETS)}",
+                              file=where, key="evaluator.preset")
         self._bundle: TargetBundle | None = None
+        self._cache_dir: Path | None = None
         self._runs: dict[str, tuple[dict[str, Any], float]] = {}
         self._refs: dict[str, list[list[int]]] = {}
 
+    def prompt_text(self) -> str:
+        return text_beside(__file__)
+
+    def outputs(self, result: EvalResult, io_dir: Path) -> Outputs:
+        """The distillation loss over training steps, and the draft's weights."""
+        curves, files = {}, []
+        curve = result.artifacts.get("training_curve.json")
+        if curve:
+            points = tuple((int(p["step"]), float(p["loss"])) for p in json.loads(curve))
+            if points:
+                curves["distill_loss"] = points
+        draft = result.artifacts.get("draft.json")
+        if draft and result.ok:
+            weights = json.loads(draft).get("weights") or ""
+            if weights:
+                files.append((str(weights), self.model_artifact))
+        return Outputs(curves=curves, files=tuple(files))
+
     # -- the target, trained once and cached ---------------------------------------------
+    def _use(self, ctx: EvalContext) -> None:
+        """Where the trained target is cached: ``cache_dir`` if set, else the context's."""
+        if self._cache_dir is None:
+            self._cache_dir = Path(self.s["cache_dir"]) if self.s["cache_dir"] else ctx.cache()
+
     def bundle(self) -> TargetBundle:
         if self._bundle is None:
-            cache = Path(self.s["cache_dir"]) if self.s["cache_dir"] else None
+            cache = self._cache_dir or (Path(self.s["cache_dir"]) if self.s["cache_dir"]
+                                        else None)
             self._bundle = load_or_build(self.s["preset"], cache)
             for p in self._bundle.model.parameters():
                 p.requires_grad_(False)
@@ -187,6 +230,7 @@ class SpeculativeEvaluator(Evaluator):
 
     # -- stages --------------------------------------------------------------------------
     def _run(self, cand_dir: Path, ctx: EvalContext) -> tuple[EvalResult | None, dict, float]:
+        self._use(ctx)
         src = (cand_dir / "draft.py").read_bytes()
         key = f"{cand_dir}:{hashlib.sha256(src).hexdigest()}:{ctx.seed}"
         if key in self._runs:
@@ -243,6 +287,7 @@ class SpeculativeEvaluator(Evaluator):
 
     def compare(self, cand_dir: Path, base_dir: Path, ctx: EvalContext,
                 repeats: int) -> EvalResult:
+        self._use(ctx)
         prompts, sample_prompt = self._prompts(ctx.seed)
         base_copy = ctx.io_dir / "baseline"  # the child sees the io dir, maybe not base_dir
         base_copy.mkdir(parents=True, exist_ok=True)

@@ -56,9 +56,9 @@ PRESETS = {
 
 
 def default_cache_dir() -> Path:
-    """``$OPTIMIZER_CACHE_DIR`` (the engine sets it to ``<state_dir>/cache``), else
-    ``.optimizer/cache`` in the current directory (the workspace)."""
-    return Path(os.environ.get("OPTIMIZER_CACHE_DIR") or ".optimizer/cache").resolve()
+    """``.optimizer/cache`` in the current directory (the workspace); an evaluation uses
+    its context's ``cache_dir`` instead (``<state_dir>/cache``)."""
+    return Path(".optimizer/cache").resolve()
 
 
 def corpus_text(limit: int, recursive: bool = False) -> str:

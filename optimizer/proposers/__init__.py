@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from optimizer.proposers._base import ArchiveEntry, ProposalContext, Proposer
+from optimizer.proposers._base import ProposalContext, Proposer
 from optimizer.proposers.offline import OfflineProposer
+from optimizer.records import ArchiveEntry
 
 if TYPE_CHECKING:
     from optimizer.config import ExperimentConfig
@@ -21,10 +22,9 @@ def make_proposer(config: ExperimentConfig, night: str = "adhoc") -> Proposer:
         off = config.proposer.offline
         return OfflineProposer(config.seed, off.knob_search_share, off.max_mutations)
     if kind == "llm":
-        from optimizer.config import llm_settings_from
         from optimizer.proposers.llm import LLMProposer
 
-        settings = llm_settings_from(config.proposer.llm, str(config.file))
+        settings = config.proposer.llm
         cassette = config.state_dir / "cassettes" / f"{config.name}-{night}.jsonl"
         cassette.parent.mkdir(parents=True, exist_ok=True)
         return LLMProposer(settings, cassette=cassette, seed=config.seed)

@@ -12,31 +12,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from optimizer.records import CandidateState, Proposal
+from optimizer.records import ArchiveEntry, Proposal
 from optimizer.targets import TargetSpec
-
-
-@dataclass(frozen=True)
-class ArchiveEntry:
-    """An evaluated candidate as proposers see it.
-
-    ``files`` are the candidate's sources *with knob declarations* (the structure) and
-    ``knobs`` the values it was evaluated with; ``objectives`` follow the target's order.
-    """
-
-    id: str
-    parent_id: str | None
-    files: Mapping[str, str]
-    knobs: Mapping[str, Any]
-    state: CandidateState
-    reason: str = ""
-    metrics: Mapping[str, float] = field(default_factory=dict)
-    objectives: tuple[float, ...] = ()
-    artifacts: Mapping[str, str] = field(default_factory=dict)
-    summary: str = ""
-    proposer: str = ""
 
 
 @dataclass(frozen=True)
@@ -49,6 +27,8 @@ class ProposalContext:
     rng_seed: int = 0
     iteration: int = 0
     structures_seen: int = 0  # distinct structures in the archive so far
+    kind_text: str = ""  # how the target's kind evaluates candidates (its evaluator's text)
+    trusted_files: Mapping[str, str] = field(default_factory=dict)  # shown, not editable
 
 
 class Proposer(ABC):

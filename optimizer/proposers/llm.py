@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import json
-import math
 import os
 import random
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from optimizer.accounting import Prices
+from optimizer.config import LLMConfig
 from optimizer.edits import apply_edits, parse_edits
 from optimizer.errors import ConfigError, EditError
 from optimizer.proposers._base import ArchiveEntry, ProposalContext, Proposer
@@ -48,7 +47,6 @@ from optimizer.records import CandidateState, Proposal, Usage
 __all__ = [
     "DIFF_SHARE",
     "LLMProposer",
-    "LLMSettings",
     "PromptBook",
     "api_key",
     "feedback_window",
@@ -63,60 +61,6 @@ __all__ = [
 _RETRIABLE_STATUS = {408, 409, 425, 429}
 
 
-@dataclass(frozen=True)
-class LLMSettings:
-    """``[proposer.llm]`` of an experiment file; every key is a field of the same name."""
-
-    base_url: str | None = None  # None = OpenAI; e.g. "http://localhost:8000/v1" for vLLM
-    model: str = "gpt-5-mini"
-    api_key_env: str = "OPENAI_API_KEY"
-    temperature: float | None = None  # None = the server's default (reasoning models want it)
-    reasoning_effort: str | None = None  # "minimal" | "low" | "medium" | "high"; None = omit
-    timeout_s: float = 120.0
-    max_retries: int = 4
-    max_tokens: int | None = None  # None = the server's limit
-    # USD per million tokens; the defaults are gpt-5-mini's list prices at the time of writing.
-    price_input_per_m: float = 0.25
-    price_cached_input_per_m: float = 0.025
-    price_output_per_m: float = 2.0
-    models: tuple[tuple[str, float], ...] = ()  # (name, weight); empty = just `model`
-    selection: str = "weights"  # "weights" or "bandit" (Thompson sampling, improvement per USD)
-    retry_base_s: float = 1.0  # first backoff; doubles per retry, with jitter
-    retry_max_s: float = 60.0  # cap on one wait, Retry-After included
-    # Most recent candidates shown: between max_feedback/2 + 1 and max_feedback (epochs of
-    # max_feedback/2 calls). 12 rather than 8: 0.858 instead of 0.846 of each prompt is the
-    # previous call's prefix (bench/prompt_cache_share.py), and the model sees more outcomes.
-    max_feedback: int = 12
-    max_inspirations: int = 3
-    max_artifact_chars: int = 800  # per artifact (validation report, log) in the prompt
-
-    def __post_init__(self) -> None:
-        pairs: list[Any] = [tuple(m) for m in self.models]  # TOML gives lists of lists
-        if any(len(p) != 2 for p in pairs):
-            raise ValueError('models: each entry is a pair ["model-name", weight]')
-        models = tuple((str(name), float(weight)) for name, weight in pairs)
-        object.__setattr__(self, "models", models)
-        if self.selection not in ("weights", "bandit"):
-            raise ValueError(f"selection must be 'weights' or 'bandit', not {self.selection!r}")
-        if any(w <= 0 or not math.isfinite(w) for _, w in models):
-            raise ValueError("models: every weight must be a positive number")
-        if self.timeout_s <= 0 or self.max_retries < 0:
-            raise ValueError("timeout_s must be positive and max_retries non-negative")
-        prices = (self.price_input_per_m, self.price_cached_input_per_m, self.price_output_per_m)
-        if any(p < 0 for p in prices):
-            raise ValueError("prices must be non-negative (USD per million tokens)")
-
-    @property
-    def prices(self) -> Prices:
-        return Prices(
-            self.price_input_per_m, self.price_cached_input_per_m, self.price_output_per_m
-        )
-
-    @property
-    def model_names(self) -> tuple[str, ...]:
-        return tuple(name for name, _ in self.models) or (self.model,)
-
-
 def _is_local(base_url: str) -> bool:
     host = urlparse(base_url).hostname or ""
     if host in ("localhost", "") or host.endswith((".local", ".internal")) or "." not in host:
@@ -128,7 +72,7 @@ def _is_local(base_url: str) -> bool:
     return addr.is_private or addr.is_loopback or addr.is_link_local
 
 
-def api_key(settings: LLMSettings) -> str:
+def api_key(settings: LLMConfig) -> str:
     """The key from ``api_key_env``; a placeholder for local servers that need none."""
     key = os.environ.get(settings.api_key_env, "")
     if key:
@@ -247,7 +191,7 @@ class LLMProposer(Proposer):
 
     def __init__(
         self,
-        settings: LLMSettings,
+        settings: LLMConfig,
         *,
         cassette: Path | None = None,
         seed: int = 0,

@@ -14,16 +14,14 @@ import json
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from string import Template
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from optimizer.config import LLMConfig
 from optimizer.edits import apply_edits, parse_edits
 from optimizer.errors import EditError
-from optimizer.proposers._base import ArchiveEntry, ProposalContext
-from optimizer.records import CandidateState
+from optimizer.proposers._base import ProposalContext
+from optimizer.records import ArchiveEntry, CandidateState
 from optimizer.targets import TargetSpec
-
-if TYPE_CHECKING:  # llm.py imports this module; the settings are only read here
-    from optimizer.proposers.llm import LLMSettings
 
 DIFF_SHARE = 0.6  # a parent's diff against the seed replaces its files up to this share
 
@@ -73,14 +71,19 @@ def _settings(values: Mapping[str, Any]) -> str:
 
 
 def system_prompt(
-    target: TargetSpec, seed_files: Mapping[str, str], seed: ArchiveEntry | None = None
+    target: TargetSpec,
+    seed_files: Mapping[str, str],
+    seed: ArchiveEntry | None = None,
+    kind_text: str = "",
+    trusted_files: Mapping[str, str] | None = None,
 ) -> str:
     """The stable prefix: identical for every call on ``target``.
 
-    ``seed`` (the seed as evaluated, constant for a night) adds its measured metrics.
+    ``seed`` (the seed as evaluated, constant for a night) adds its measured metrics;
+    ``kind_text`` is the kind's own contract (the generic text when empty) and
+    ``trusted_files`` the non-editable files its evaluator shows (a kernel's reference).
     """
-    kinds = {"function", "kernel", "routing", "speculative"}
-    kind_text = _template(f"kind_{target.kind}.txt" if target.kind in kinds else "kind_other.txt")
+    kind_text = kind_text or _template("kind.txt")
     objectives = "; ".join(f"{o.direction} {o.metric}" for o in target.objectives)
     target_text = Template(_template("target.txt")).substitute(
         name=target.name,
@@ -91,14 +94,8 @@ def system_prompt(
         timeout_s=f"{target.timeout_s:g}",
         seed_files=_files(seed_files),
     )
-    reference = target.path / "reference.py"
-    if target.kind == "kernel" and reference.is_file() and "reference.py" not in target.editable:
-        target_text += (
-            "\n## The trusted reference (reference.py, not editable)\n\n"
-            "Outputs are compared with this, computed in float64 on the same inputs.\n\n"
-            + _fenced("reference.py", reference.read_text())
-            + "\n"
-        )
+    for name, text in (trusted_files or {}).items():
+        target_text += f"\n## {name} (trusted, not editable)\n\n" + _fenced(name, text) + "\n"
     settings = {k: v for k, v in target.evaluator.items() if not k.startswith("held_out")}
     if settings:
         target_text += (
@@ -328,7 +325,7 @@ def _inspiration_item(e: ArchiveEntry, seed: Mapping[str, str], limit: int) -> s
 
 def user_prompt(
     ctx: ProposalContext,
-    settings: LLMSettings,
+    settings: LLMConfig,
     history: Sequence[ArchiveEntry] | None = None,
     inspirations: Sequence[ArchiveEntry] | None = None,
 ) -> str:
@@ -394,7 +391,7 @@ class PromptBook:
     otherwise change the prompt right after the system message.
     """
 
-    def __init__(self, settings: LLMSettings) -> None:
+    def __init__(self, settings: LLMConfig) -> None:
         self.settings = settings
         self._system: dict[str, str] = {}
         self._history: dict[str, list[ArchiveEntry]] = {}  # per target, oldest first
@@ -404,7 +401,10 @@ class PromptBook:
     def messages(self, context: ProposalContext) -> list[dict[str, str]]:
         target, s = context.target, self.settings
         if target.name not in self._system:
-            self._system[target.name] = system_prompt(target, context.seed.files, context.seed)
+            self._system[target.name] = system_prompt(
+                target, context.seed.files, context.seed, context.kind_text,
+                context.trusted_files,
+            )
         history = self._history.setdefault(target.name, [])
         known = {e.id for e in history}
         history += [e for e in reversed(context.feedback) if e.id not in known]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from evaluators.kernels import NO_GPU
-from evaluators.static_checks import check_source
+from evaluators.kernels.static_checks import check_source
 
 _spec = importlib.util.spec_from_file_location(
     "adversarial_cases", Path(__file__).with_name("adversarial.py"))

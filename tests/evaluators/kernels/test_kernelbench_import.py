@@ -7,8 +7,8 @@ import pytest
 
 from evaluators._base import EvalContext
 from evaluators.kernels import NO_GPU, KernelEvaluator
+from evaluators.kernels.kernelbench import import_kernelbench
 from optimizer.errors import ConfigError
-from optimizer.kernelbench import import_kernelbench
 from optimizer.sandbox import Sandbox
 from optimizer.targets import load_target
 

@@ -4,7 +4,7 @@ compile for a GPU; the static check says so before any GPU time is spent."""
 import importlib.util
 from pathlib import Path
 
-from evaluators.static_checks import check_source
+from evaluators.kernels.static_checks import check_source
 
 _spec = importlib.util.spec_from_file_location(
     "adversarial_cases_globals", Path(__file__).with_name("adversarial.py"))

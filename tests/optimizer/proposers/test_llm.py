@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 
 from optimizer.accounting import Ledger, Prices
+from optimizer.config import LLMConfig
 from optimizer.errors import ConfigError
 from optimizer.proposers import llm, prompt
-from optimizer.proposers._base import ArchiveEntry, ProposalContext
-from optimizer.proposers.llm import LLMProposer, LLMSettings, api_key
+from optimizer.proposers._base import ProposalContext
+from optimizer.proposers.llm import LLMProposer, api_key
 from optimizer.proposers.prompt import feedback_window, system_prompt
-from optimizer.records import CandidateState, Usage
+from optimizer.records import ArchiveEntry, CandidateState, Usage
 from optimizer.targets import Objective, TargetSpec
 
 
@@ -103,7 +104,7 @@ def _ctx(tmp_path: Path, parent: ArchiveEntry | None = None, **kw: Any) -> Propo
 def _proposer(server: Any, **kw: Any) -> tuple[LLMProposer, list[float]]:
     sleeps: list[float] = []
     cassette = kw.pop("cassette", None)
-    settings = LLMSettings(
+    settings = LLMConfig(
         base_url=server.base_url,
         model="fake-model",
         api_key_env="OPTIMIZER_TEST_NO_SUCH_KEY",
@@ -279,11 +280,20 @@ def test_successive_prompts_share_a_cacheable_prefix(tmp_path: Path) -> None:
 
 
 def test_system_prompt_is_stable_and_names_the_contract(tmp_path: Path) -> None:
+    import evaluators.kernels.evaluator as kernel_kind
+    from evaluators._base import text_beside
+
     target = _target(tmp_path)
-    first = system_prompt(target, {"program.py": PROGRAM})
-    assert first == system_prompt(target, {"program.py": PROGRAM})
-    for text in ("<<<<<<< SEARCH", "File: program.py", "# knob:", "float64 reference", PROGRAM):
+    kind_text = text_beside(kernel_kind.__file__)  # what the kernel kind's evaluator says
+    first = system_prompt(target, {"program.py": PROGRAM}, kind_text=kind_text,
+                          trusted_files={"reference.py": "REFERENCE = 1\n"})
+    assert first == system_prompt(target, {"program.py": PROGRAM}, kind_text=kind_text,
+                                  trusted_files={"reference.py": "REFERENCE = 1\n"})
+    for text in ("<<<<<<< SEARCH", "File: program.py", "# knob:", "float64 reference", PROGRAM,
+                 "reference.py (trusted, not editable)", "REFERENCE = 1"):
         assert text in first
+    generic = system_prompt(target, {"program.py": PROGRAM})  # a kind with no text of its own
+    assert "float64 reference" not in generic and "(kind: kernel)" in generic
 
 
 def test_cassette_records_every_exchange(tmp_path: Path) -> None:
@@ -310,7 +320,7 @@ def test_models_by_weight_are_seeded(tmp_path: Path) -> None:
 
 
 def test_bandit_favours_the_model_that_improves(tmp_path: Path) -> None:
-    settings = LLMSettings(
+    settings = LLMConfig(
         base_url="http://127.0.0.1:9/v1",
         models=(("a", 1.0), ("b", 1.0)),
         selection="bandit",
@@ -336,23 +346,23 @@ def test_bandit_favours_the_model_that_improves(tmp_path: Path) -> None:
 
 def test_settings_validation_and_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="selection"):
-        LLMSettings(selection="random")
-    assert LLMSettings(models=[["m", 2]]).models == (("m", 2.0),)  # type: ignore[arg-type]
+        LLMConfig(selection="random")
+    assert LLMConfig(models=[["m", 2]]).models == (("m", 2.0),)  # type: ignore[arg-type]
     monkeypatch.delenv("OPTIMIZER_TEST_NO_SUCH_KEY", raising=False)
     with pytest.raises(ConfigError, match="OPTIMIZER_TEST_NO_SUCH_KEY is not set"):
-        api_key(LLMSettings(api_key_env="OPTIMIZER_TEST_NO_SUCH_KEY"))
+        api_key(LLMConfig(api_key_env="OPTIMIZER_TEST_NO_SUCH_KEY"))
     with pytest.raises(ConfigError, match="OPTIMIZER_TEST_NO_SUCH_KEY"):
         api_key(
-            LLMSettings(
+            LLMConfig(
                 base_url="https://api.example.com/v1", api_key_env="OPTIMIZER_TEST_NO_SUCH_KEY"
             )
         )
-    local = LLMSettings(
+    local = LLMConfig(
         base_url="http://localhost:11434/v1", api_key_env="OPTIMIZER_TEST_NO_SUCH_KEY"
     )
     assert api_key(local) == "not-needed"
     monkeypatch.setenv("OPTIMIZER_TEST_NO_SUCH_KEY", "sk-test")
-    assert api_key(LLMSettings(api_key_env="OPTIMIZER_TEST_NO_SUCH_KEY")) == "sk-test"
+    assert api_key(LLMConfig(api_key_env="OPTIMIZER_TEST_NO_SUCH_KEY")) == "sk-test"
 
 
 def test_ledger_totals_cache_share_and_estimate() -> None:
@@ -382,7 +392,7 @@ def test_ledger_totals_cache_share_and_estimate() -> None:
 @pytest.mark.llm
 @pytest.mark.skipif(not os.environ.get("OPTIMIZER_LLM_TEST_URL"), reason="no real endpoint set")
 def test_real_endpoint_answers_in_the_edit_format(tmp_path: Path) -> None:
-    settings = LLMSettings(
+    settings = LLMConfig(
         base_url=os.environ["OPTIMIZER_LLM_TEST_URL"],
         model=os.environ.get("OPTIMIZER_LLM_TEST_MODEL", "gpt-5-mini"),
     )

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from optimizer.edits import evolve_regions
 from optimizer.knobs import distributions, knobs_of_files, structure_key, substitute_files
 from optimizer.proposers import OfflineProposer
-from optimizer.proposers._base import ArchiveEntry, ProposalContext
-from optimizer.records import CandidateState
+from optimizer.proposers._base import ProposalContext
+from optimizer.records import ArchiveEntry, CandidateState
 from optimizer.targets import Objective, TargetSpec
 
 TARGET = TargetSpec(

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
+from optimizer.config import LLMConfig
 from optimizer.errors import ConfigError
-from optimizer.proposers._base import ArchiveEntry, ProposalContext
-from optimizer.proposers.llm import LLMProposer, LLMSettings
+from optimizer.proposers._base import ProposalContext
+from optimizer.proposers.llm import LLMProposer
 from optimizer.proposers.replay import ReplayProposer
-from optimizer.records import CandidateState
+from optimizer.records import ArchiveEntry, CandidateState
 from optimizer.targets import Objective, TargetSpec
 
 
@@ -87,7 +88,7 @@ def _record_night(tmp_path: Path) -> tuple[Path, list[Any], list[ProposalContext
     ]
     cassette = tmp_path / "night.jsonl"
     with fake.FakeOpenAIServer(script) as server:
-        settings = LLMSettings(
+        settings = LLMConfig(
             base_url=server.base_url, model="m", max_retries=0, api_key_env="OPTIMIZER_NO_KEY"
         )
         proposer = LLMProposer(settings, cassette=cassette, sleep=lambda s: None)

@@ -8,7 +8,7 @@ import pytest
 
 from evaluators._base import EvalContext
 from evaluators.kernels import NO_GPU, KernelEvaluator
-from evaluators.static_checks import check_source
+from evaluators.kernels.static_checks import check_source
 from optimizer.edits import evolve_regions
 from optimizer.sandbox import Sandbox
 from optimizer.targets import load_target

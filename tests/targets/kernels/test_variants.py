@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluators.static_checks import check_source
+from evaluators.kernels.static_checks import check_source
 from optimizer.edits import evolve_regions
 
 ROOT = Path(__file__).resolve().parents[3]

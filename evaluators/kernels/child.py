@@ -111,7 +111,7 @@ def check(payload: dict, io_dir: Path) -> dict:
     from evaluators.numerics import as_list
 
     _install_poison(torch)
-    from evaluators.kernels_audit import ForwardAudit, install_tripwires, triton_launch_codes
+    from evaluators.kernels.audit import ForwardAudit, install_tripwires, triton_launch_codes
 
     # before the candidate is imported: it must not capture the real mode-popping functions,
     # nor patch or shadow triton's launch code

@@ -1,11 +1,11 @@
-"""Child-side runner: ``python -m evaluators._child RESPONSE_FD`` (the cold start).
+"""Child-side runner: ``python -m optimizer.sandbox.child RESPONSE_FD`` (the cold start).
 
 Runs inside the sandbox. Reads the request (JSON) from stdin, applies its resource limits
 to itself, imports the trusted entry function ``module:function`` and calls it with the
 payload and the io directory; the JSON-able return value (or the error) is written to the
 response pipe ``RESPONSE_FD``. Nothing else goes back: the engine parses that JSON, never a
 pickle. KeyboardInterrupt and SystemExit raised by candidate code become an ``error``
-field, never an exit of the engine. :mod:`evaluators._zygote` calls :func:`run_entry` in a
+field, never an exit of the engine. :mod:`optimizer.sandbox.zygote` calls :func:`run_entry` in a
 forked child instead of starting an interpreter.
 
 The request::

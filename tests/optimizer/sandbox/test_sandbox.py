@@ -1,6 +1,6 @@
 """Sandbox unit tests: settings, environment, command line, response validation, both paths.
 
-The hostile-candidate suite lives in tests/optimizer/hostile/.
+The hostile-candidate suite lives in tests/optimizer/sandbox/hostile/.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-import optimizer.sandbox as sandbox_mod
-from evaluators._child import landlock_abi
-from optimizer._sandbox_bwrap import SANDBOX_UID, bwrap_argv, probe, scrubbed_env
-from optimizer._sandbox_io import describe_exit, parse_response
+import optimizer.sandbox.host as sandbox_mod
 from optimizer.errors import IsolationError, SandboxError
 from optimizer.sandbox import Sandbox, SandboxSettings
+from optimizer.sandbox.bwrap import SANDBOX_UID, bwrap_argv, probe, scrubbed_env
+from optimizer.sandbox.child import landlock_abi
+from optimizer.sandbox.pipes import describe_exit, parse_response
 
 BWRAP = pytest.mark.skipif(bool(probe()), reason=f"bwrap unavailable: {probe()}")
 

@@ -15,7 +15,7 @@ import pytest
 
 from optimizer.cli import main
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 PROGRAMS = sorted((Path(__file__).parent / "programs").glob("*.py"))
 SECRET = "sk-test-secret-4f1c9a77-never-leak"
 # The memory bomb writes every page it allocates: up to the engine's default 16 GiB limit

@@ -18,9 +18,9 @@ forward) and ``target.toml``::
     param_dtype = "bfloat16"           # optional; default args.dtype
     skip = "reason"                    # optional; reported, not run
 
-Stages: ``static_check`` (AST rules, :mod:`evaluators.static_checks`), ``correctness``
+Stages: ``static_check`` (AST rules, :mod:`evaluators.kernels.static_checks`), ``correctness``
 (one sandboxed call runs every workload of this device: 3 fresh input sets from the hidden
-seed plus an in-place rerun; see :mod:`evaluators.kernels_child`), ``performance`` (CUDA
+seed plus an in-place rerun; see :mod:`evaluators.kernels.child`), ``performance`` (CUDA
 events; PRUNED without a GPU) and ``compare`` (candidate and incumbent interleaved).
 """
 
@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from evaluators import numerics
-from evaluators._base import EvalContext, Evaluator, result_from_call
-from evaluators.static_checks import check_source
+from evaluators._base import EvalContext, Evaluator, result_from_call, text_beside
+from evaluators.kernels.static_checks import check_source
 from optimizer.errors import ConfigError
 from optimizer.records import CandidateState, EvalResult
 
@@ -83,9 +83,12 @@ class KernelConfig:
         workloads = []
         for i, w in enumerate(raw.get("workloads", [])):
             key = f"evaluator.workloads[{i}]"
-            if not isinstance(w, dict) or set(w) - _WORKLOAD_KEYS or "name" not in w:
-                raise ConfigError(f"a workload is a table with keys {sorted(_WORKLOAD_KEYS)} "
-                                  "('name' required)", file=where, key=key)
+            extra = sorted(set(w) - _WORKLOAD_KEYS) if isinstance(w, dict) else []
+            if not isinstance(w, dict) or extra or "name" not in w:
+                raise ConfigError(("unknown key; " if extra else "")
+                                  + f"a workload is a table with keys {sorted(_WORKLOAD_KEYS)} "
+                                  "('name' required)", file=where,
+                                  key=key + (f".{extra[0]}" if extra else ""))
             device = w.get("device", "cuda")
             if device not in ("cuda", "cpu"):
                 raise ConfigError("device must be 'cuda' or 'cpu'", file=where, key=key)
@@ -131,10 +134,24 @@ def _dtype_name(dtype: Any) -> str:
 class KernelEvaluator(Evaluator):
     kind: ClassVar[str] = "kernel"
     preload: ClassVar[tuple[str, ...]] = ("torch", "triton")
+    uses_gpu: ClassVar[bool] = True
 
     def __init__(self, target: Any):
         super().__init__(target)
         self.config = KernelConfig.parse(dict(target.evaluator), f"{target.rel_path}/target.toml")
+
+    def sandbox_env(self, device: str) -> dict[str, str]:
+        # Triton reads TRITON_INTERPRET when it is imported, i.e. in the warm zygote
+        return {} if device.startswith("cuda") else {"TRITON_INTERPRET": "1"}
+
+    def prompt_text(self) -> str:
+        return text_beside(__file__)
+
+    def prompt_files(self) -> dict[str, str]:
+        reference = self.target.path / "reference.py"
+        if reference.is_file() and "reference.py" not in self.target.editable:
+            return {"reference.py": reference.read_text()}
+        return {}
 
     # -- stage 1 ---------------------------------------------------------------------
     def static_check(self, cand_dir: Path) -> EvalResult:
@@ -202,7 +219,7 @@ class KernelEvaluator(Evaluator):
         if not jobs:
             return EvalResult(CandidateState.VALID, f"no {device} workloads to check",
                               "correctness", artifacts={"validation.md": "\n".join(report)})
-        call = ctx.run("evaluators.kernels_child:check", {"device": device, "workloads": jobs},
+        call = ctx.run("evaluators.kernels.child:check", {"device": device, "workloads": jobs},
                        workdir=cand_dir)
         failed = result_from_call(call, "correctness")
         if failed is not None:
@@ -285,7 +302,7 @@ class KernelEvaluator(Evaluator):
         payload = self._timing_payload(ctx, baseline, blocks)
         if not payload["workloads"]:
             return EvalResult(CandidateState.PRUNED, "no cuda workloads in target.toml", stage), {}
-        call = ctx.run("evaluators.kernels_child:time_kernels", payload, workdir=cand_dir)
+        call = ctx.run("evaluators.kernels.child:time_kernels", payload, workdir=cand_dir)
         failed = result_from_call(call, stage)
         if failed is not None:
             return failed, {}

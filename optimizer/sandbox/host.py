@@ -1,7 +1,7 @@
 """Run untrusted candidate code in a child process and get data back.
 
 ``Sandbox.call(entry, payload, workdir=..., io_dir=...)`` runs the trusted entry function
-``"module:function"`` (see :mod:`evaluators._child`) in a child process whose current
+``"module:function"`` (see :mod:`optimizer.sandbox.child`) in a child process whose current
 directory is the candidate's folder. The entry imports the candidate and returns a
 JSON-able dict; nothing but that JSON (read through a capped pipe and validated) and data
 files in ``io_dir`` (which the trusted side reads itself) comes back, never a pickle.
@@ -9,8 +9,8 @@ files in ``io_dir`` (which the trusted side reads itself) comes back, never a pi
 Two ways to start the child:
 
 - warm (default): when ``workdir`` and ``io_dir`` lie under ``settings.rw_root``, a zygote
-  that has imported ``settings.preload`` forks the child (see :mod:`evaluators._zygote`);
-- cold: a fresh interpreter per call (``python -m evaluators._child``), used otherwise.
+  that has imported ``settings.preload`` forks the child (see :mod:`optimizer.sandbox.zygote`);
+- cold: a fresh interpreter per call (``python -m optimizer.sandbox.child``), used otherwise.
 
 Both run under bubblewrap when it works here (``Sandbox.isolation == "bwrap"``): user, PID,
 network, IPC, UTS and mount namespaces, a non-root uid, a read-only view of what the
@@ -36,20 +36,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from optimizer._sandbox_bwrap import (
+from optimizer.errors import IsolationError, SandboxError, ZygoteDied
+from optimizer.sandbox.bwrap import (
     ENV_ALLOW,
     bwrap_argv,
     default_ro,
     probe,
     scrubbed_env,
 )
-from optimizer._sandbox_io import CappedReader, describe_exit, make_pipe, parse_response
-from optimizer._sandbox_zygote import Zygote, ZygoteDied
-from optimizer.errors import IsolationError, SandboxError
+from optimizer.sandbox.pipes import CappedReader, describe_exit, make_pipe, parse_response
+from optimizer.sandbox.zygote_host import Zygote
 
 __all__ = ["ENV_ALLOW", "CallResult", "Sandbox", "SandboxSettings"]
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 log = logging.getLogger("optimizer.sandbox")
 _warned = False  # the reduced-isolation warning is given once per process
 
@@ -71,6 +71,7 @@ class SandboxSettings:
     preload: tuple[str, ...] = ()  # modules the warm zygote imports, e.g. ("torch", "triton")
     allow_gpu: bool = False  # bind /dev/nvidia* (and /sys read-only) when true
     extra_ro: tuple[Path, ...] = ()  # more read-only paths (datasets, model weights)
+    python_path: tuple[Path, ...] = ()  # more import roots (a kind from a user's package)
     isolation: str = "auto"  # "auto" (bwrap when it works), "bwrap" (required), "rlimits"
     max_procs: int = 256  # RLIMIT_NPROC inside the user namespace (tasks, threads included)
     tmp_mb: int = 1024  # size of the private tmpfs /tmp and /dev/shm (bwrap only)
@@ -143,7 +144,9 @@ class Sandbox:
     # -- pieces ------------------------------------------------------------------------
     def _env(self, tmp: str) -> dict[str, str]:
         fixed = {
-            "PYTHONPATH": str(PROJECT_ROOT),
+            "PYTHONPATH": os.pathsep.join(
+                [str(PROJECT_ROOT), *(str(p) for p in self.settings.python_path)]
+            ),
             "PYTHONHASHSEED": "0",
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONNOUSERSITE": "1",
@@ -170,7 +173,7 @@ class Sandbox:
             return []
         s = self.settings
         return bwrap_argv(
-            ro=default_ro(s.workspace, s.extra_ro, PROJECT_ROOT),
+            ro=default_ro(s.workspace, (*s.extra_ro, *s.python_path), PROJECT_ROOT),
             rw=rw,
             hidden=[s.state_dir] if s.state_dir else [],
             env=env,
@@ -320,7 +323,7 @@ class Sandbox:
             prefix = self._prefix([workdir, io], workdir, env)
             _, rfds, wfds = self._pipes()
             out_w, err_w, resp_w = wfds
-            cmd = [*prefix, sys.executable, "-m", "evaluators._child", str(resp_w)]
+            cmd = [*prefix, sys.executable, "-m", "optimizer.sandbox.child", str(resp_w)]
             start = time.perf_counter()
             try:
                 proc = subprocess.Popen(

@@ -1,6 +1,6 @@
 """Run-time audit of a kernel candidate's ``forward``: the work must happen in Triton.
 
-The AST check (:mod:`evaluators.static_checks`) cannot see compute hidden in operators
+The AST check (:mod:`evaluators.kernels.static_checks`) cannot see compute hidden in operators
 (``x * 2``, ``a @ b`` on tensors), behind ``getattr`` or aliases, or in ``torch.ops.aten``.
 Every such route ends in the ATen dispatcher, so :class:`ForwardAudit` installs, around the
 call, a ``TorchDispatchMode`` that sees every aten op and a ``TorchFunctionMode`` that sees

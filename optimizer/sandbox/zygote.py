@@ -1,11 +1,11 @@
-"""The warm zygote: ``python -m evaluators._zygote SOCK_FD PIDNS PRELOAD``.
+"""The warm zygote: ``python -m optimizer.sandbox.zygote SOCK_FD PIDNS PRELOAD``.
 
 A long-lived process inside the sandbox (inside bwrap when available) that imports the
 ``PRELOAD`` modules once (comma-separated, e.g. ``torch,triton``; importing them creates
 no CUDA context, and nothing here may) and then forks one child per call. The child gets
 its own session, its own resource limits, a fresh environment, a private tmp directory,
 ``cwd`` = the candidate's folder, stdout/stderr/response pipes passed by the engine over
-the control socket (SCM_RIGHTS), and runs :func:`evaluators._child.run_entry`.
+the control socket (SCM_RIGHTS), and runs :func:`optimizer.sandbox.child.run_entry`.
 
 Calls are served one at a time. When a call ends (exit, crash or timeout), everything it
 left behind is killed before the reply goes out: inside a PID namespace (``PIDNS`` = 1)
@@ -14,28 +14,27 @@ the zygote is a child subreaper, so orphans (setsid'ed escapees included) are re
 to it and killed as its children. The zygote is not dumpable, so a candidate running as
 the same uid cannot ptrace it.
 
-Wire format, both directions: 4-byte big-endian length, then JSON. A request carries three
-fds (stdout, stderr, response write ends) attached to its length header.
+The control socket speaks :mod:`optimizer.sandbox.wire`; a request carries three fds
+(stdout, stderr, response write ends) attached to its length header.
 """
 
 from __future__ import annotations
 
 import ctypes
 import importlib
-import json
 import os
 import select
 import shutil
 import signal
 import socket
-import struct
 import sys
 import tempfile
 import time
 import traceback
 from typing import Any
 
-from evaluators._child import confine, run_entry
+from optimizer.sandbox.child import confine, run_entry
+from optimizer.sandbox.wire import recv_msg, send_msg
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -46,40 +45,6 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 def _prctl(option: int, value: int) -> None:
     _libc.prctl(option, value, 0, 0, 0)
-
-
-def send_msg(sock: socket.socket, obj: Any, fds: list[int] | None = None) -> None:
-    body = json.dumps(obj).encode()
-    header = struct.pack(">I", len(body))
-    if fds:
-        socket.send_fds(sock, [header], fds)
-    else:
-        sock.sendall(header)
-    sock.sendall(body)
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise EOFError("control socket closed")
-        buf += chunk
-    return bytes(buf)
-
-
-def recv_msg(sock: socket.socket, maxfds: int = 0) -> tuple[Any, list[int]]:
-    fds: list[int] = []
-    if maxfds:
-        header, fds, _, _ = socket.recv_fds(sock, 4, maxfds)
-        if not header:
-            raise EOFError("control socket closed")
-        if len(header) < 4:
-            header += _recv_exact(sock, 4 - len(header))
-    else:
-        header = _recv_exact(sock, 4)
-    (size,) = struct.unpack(">I", header)
-    return json.loads(_recv_exact(sock, size)), fds
 
 
 def _children_of(pid: int) -> list[int]:

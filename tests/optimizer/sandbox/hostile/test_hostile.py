@@ -29,9 +29,9 @@ import numpy as np
 import pytest
 
 from evaluators._base import result_from_call
-from evaluators._child import landlock_abi
-from optimizer._sandbox_bwrap import probe
 from optimizer.sandbox import Sandbox, SandboxSettings
+from optimizer.sandbox.bwrap import probe
+from optimizer.sandbox.child import landlock_abi
 
 HERE = Path(__file__).parent
 PROGRAMS = {p.stem: p for p in sorted((HERE / "programs").glob("*.py"))}

@@ -24,7 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from evaluators._base import EvalContext, Evaluator, result_from_call
+from evaluators._base import EvalContext, Evaluator, result_from_call, text_beside
+from optimizer.errors import ConfigError
 from optimizer.records import CandidateState, EvalResult
 
 _SETTINGS = {"module", "program", "repeats"}
@@ -38,23 +39,31 @@ class FunctionEvaluator(Evaluator):
         super().__init__(target)
         settings = dict(target.evaluator)
         unknown = set(settings) - _SETTINGS
+        where = f"{target.rel_path}/target.toml"
         if unknown:
-            raise ValueError(
-                f"target {target.name}: unknown [evaluator] key(s) {sorted(unknown)} for kind "
-                f"'function'; allowed: {sorted(_SETTINGS)}"
+            raise ConfigError(
+                f"unknown key for kind 'function'; allowed in [evaluator]: "
+                f"{', '.join(sorted(_SETTINGS))}",
+                file=where,
+                key=f"evaluator.{sorted(unknown)[0]}",
             )
         self.module = str(target.path / settings.get("module", "evaluate.py"))
         self.program = str(settings.get("program", target.editable[0]))
         self.repeats = int(settings.get("repeats", 3))
         if not Path(self.module).is_file():
-            raise ValueError(f"target {target.name}: evaluator module {self.module} not found")
+            raise ConfigError(f"evaluator module {self.module} not found", file=where,
+                              key="evaluator.module")
+
+    def prompt_text(self) -> str:
+        return text_beside(__file__)
 
     def _payload(self, cand_dir: Path, **extra: Any) -> dict[str, Any]:
         return {"module": self.module, "program": str(cand_dir / self.program), **extra}
 
     def correctness(self, cand_dir: Path, ctx: EvalContext) -> EvalResult:
         call = ctx.run(
-            "evaluators.function:child_validate", self._payload(cand_dir), workdir=cand_dir
+            "evaluators.function.evaluator:child_validate", self._payload(cand_dir),
+            workdir=cand_dir,
         )
         failed = result_from_call(call, "correctness")
         if failed is not None:
@@ -67,7 +76,7 @@ class FunctionEvaluator(Evaluator):
 
     def _measure(self, cand_dir: Path, ctx: EvalContext, held_out: bool, stage: str) -> EvalResult:
         payload = self._payload(cand_dir, repeats=self.repeats, held_out=held_out)
-        call = ctx.run("evaluators.function:child_evaluate", payload, workdir=cand_dir)
+        call = ctx.run("evaluators.function.evaluator:child_evaluate", payload, workdir=cand_dir)
         failed = result_from_call(call, stage)
         if failed is not None:
             return failed
@@ -121,7 +130,7 @@ class FunctionEvaluator(Evaluator):
             repeats=repeats,
             metric=self.target.primary.metric,
         )
-        call = ctx.run("evaluators.function:child_compare", payload, workdir=cand_dir)
+        call = ctx.run("evaluators.function.evaluator:child_compare", payload, workdir=cand_dir)
         failed = result_from_call(call, "compare")
         if failed is not None:
             return failed

@@ -1,4 +1,4 @@
-"""Engine side of the warm zygote (see :mod:`evaluators._zygote`).
+"""Engine side of the warm zygote (see :mod:`optimizer.sandbox.zygote`).
 
 One :class:`Zygote` is a sandboxed process that imported the preload modules once and forks
 a child per call. If it dies (a candidate killed it, or it hung past the backstop), the
@@ -19,12 +19,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evaluators._zygote import recv_msg, send_msg
-from optimizer._sandbox_io import CappedReader, make_pipe
-
-
-class ZygoteDied(Exception):
-    """The zygote is gone or unresponsive; the message says what was seen."""
+from optimizer.errors import ZygoteDied
+from optimizer.sandbox.pipes import CappedReader, make_pipe
+from optimizer.sandbox.wire import recv_msg, send_msg
 
 
 class Zygote:
@@ -61,7 +58,7 @@ class Zygote:
             *self.prefix,
             sys.executable,
             "-m",
-            "evaluators._zygote",
+            "optimizer.sandbox.zygote",
             str(theirs.fileno()),
             "1" if self.pidns else "0",
             ",".join(self.preload),

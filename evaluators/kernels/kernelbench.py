@@ -25,7 +25,9 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
+from evaluators._base import Command
 from optimizer.errors import ConfigError
 
 # under TRITON_INTERPRET=1 a kernel runs ~400x slower than torch on the CPU; 64k elements
@@ -171,3 +173,27 @@ def import_kernelbench(problem_file: Path, dest_dir: Path, name: str | None = No
     (folder / "target.toml").write_text("\n".join(lines) + "\n")
     (folder / "kernel.py").write_text(_seed_source(source, problem_file.name))
     return folder
+
+
+def _add_arguments(parser: Any) -> None:
+    parser.add_argument("file", type=Path)
+    parser.add_argument(
+        "--dest",
+        type=Path,
+        default=Path("targets/kernels"),
+        help="folder the new target folder goes into (default targets/kernels)",
+    )
+    parser.add_argument("--name", help="target name (default: from the file name)")
+
+
+def _run(args: Any) -> int:
+    if not args.file.is_file():
+        raise ConfigError(f"{args.file}: no such KernelBench problem file")
+    folder = import_kernelbench(args.file, args.dest, args.name)
+    print(f'target written to {folder}; add it to an experiment with [[targets]] path = "{folder}"')
+    return 0
+
+
+COMMAND = Command(
+    "import-kernelbench", "turn a KernelBench problem into a target", _add_arguments, _run
+)
