@@ -18,11 +18,9 @@ import argparse
 import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -220,8 +218,6 @@ def _summary_table(summary: object) -> str:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    import evaluators
-    from optimizer.evaluation import device_for, fresh_context, make_sandbox
     from optimizer.targets import load_target
 
     workspace = _workspace_of(args.experiment) if args.experiment.exists() else Path.cwd()
@@ -254,28 +250,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     sandbox_cfg = build_section(SandboxConfig, overrides.pop("sandbox", {}), "--set", "sandbox")
     target = load_target(folder.resolve(), folder.resolve().parent, overrides)
     replacements = _match_files(target.editable, args.files)
-    evaluator = evaluators.get(target.kind)(target)
-    with tempfile.TemporaryDirectory(prefix="optimizer-eval-") as tmp:
-        root = Path(tmp)
-        cand_dir = root / "worktrees" / "candidate"
-        shutil.copytree(target.path, cand_dir, ignore=shutil.ignore_patterns("__pycache__"))
-        for rel, src in replacements.items():
-            shutil.copyfile(src, cand_dir / rel)
-        from optimizer.config import ExperimentConfig
+    files = {rel: _read_source(src) for rel, src in replacements.items()}
+    from optimizer.workbench import Workbench
 
-        config = ExperimentConfig(
-            name="evaluate", file=folder, workspace=workspace, targets=(), state_dir=root,
-            sandbox=sandbox_cfg,
-        )
-        sandbox = make_sandbox(config, target, evaluator)
-        with sandbox:
-            ctx = fresh_context(
-                config, target, "candidate", sandbox, timeout_s=target.timeout_s,
-                device=device_for(evaluator),
-            )
-            # the workspace's cache (e.g. a trained target model) outlives this evaluation
-            ctx.cache_dir = workspace / ".optimizer" / "cache"
-            result = evaluator.evaluate(cand_dir, ctx)
+    # the workspace's cache (e.g. a trained target model) outlives this evaluation
+    with Workbench(target, workspace=workspace, sandbox=sandbox_cfg,
+                   cache_dir=workspace / ".optimizer" / "cache") as bench:
+        result = bench.evaluate(files)
     data = result.to_json()
     data["target"] = target.name
     if args.json:
@@ -289,6 +270,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             print(f"  {k}: {v:.6g}")
         print(f"  evaluation took {result.cost_s:.2f} s")
     return 0 if result.ok else 1
+
+
+def _read_source(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"candidate file {path} is not UTF-8 text ({exc.reason} at byte "
+                          f"{exc.start}); save it as UTF-8") from None
 
 
 def _match_files(editable: Sequence[str], files: Sequence[Path]) -> dict[str, Path]:

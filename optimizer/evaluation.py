@@ -14,7 +14,7 @@ import shutil
 import sys
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,20 +39,27 @@ def evaluate_candidate(
     ctx = fresh_context(
         r.config, target, cid, recorder, timeout_s=timeout_s, device=device_for(evaluator)
     )
+    result = guarded(lambda: evaluator.evaluate(cand_dir, ctx), "evaluate", recorder.notes)
+    shutil.rmtree(ctx.scratch, ignore_errors=True)
+    return result, recorder.log()  # io_dir stays until its outputs are logged
+
+
+def guarded(stage: Callable[[], EvalResult], name: str, notes: list[str]) -> EvalResult:
+    """Run an evaluator's stage; a sandbox failure or an evaluator tripping over a
+    candidate's output becomes FAILED with the reason (the traceback goes to ``notes``)."""
     start = time.perf_counter()
     try:
-        result = evaluator.evaluate(cand_dir, ctx)
+        result = stage()
     except SandboxError as exc:
         result = EvalResult(CandidateState.FAILED, f"sandbox error: {exc}", "sandbox")
-    except Exception as exc:  # an evaluator tripping over a candidate's output
-        recorder.notes.append(traceback.format_exc())
+    except Exception as exc:  # noqa: BLE001 - a bad candidate is a state, never a crash
+        notes.append(traceback.format_exc())
         result = EvalResult(
-            CandidateState.FAILED, f"evaluation error: {type(exc).__name__}: {exc}", "evaluate"
+            CandidateState.FAILED, f"evaluation error: {type(exc).__name__}: {exc}", name
         )
     if not result.cost_s:
         result = dataclasses.replace(result, cost_s=time.perf_counter() - start)
-    shutil.rmtree(ctx.scratch, ignore_errors=True)
-    return result, recorder.log()  # io_dir stays until its outputs are logged
+    return result
 
 
 def io_dir_of(config: ExperimentConfig, target: TargetSpec, key: str) -> Path:

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from optimizer.errors import KnobError, ProposalError
+from optimizer.errors import KnobError
 
 if TYPE_CHECKING:  # optuna costs ~0.5 s to import; only distributions() needs it
     from optuna.distributions import BaseDistribution

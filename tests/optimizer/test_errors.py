@@ -32,7 +32,8 @@ def _drawn() -> dict[str, str | None]:
 def _classes() -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for name, cls in vars(errors).items():
-        if inspect.isclass(cls) and issubclass(cls, Exception) and cls.__module__ == errors.__name__:
+        ours = inspect.isclass(cls) and cls.__module__ == errors.__name__
+        if ours and issubclass(cls, Exception):
             base = cls.__bases__[0]
             out[name] = base.__name__ if base.__module__ == errors.__name__ else None
     return out
