@@ -46,7 +46,7 @@ from __future__ import annotations
 import ast
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -66,7 +66,22 @@ class SandboxLike(Protocol):
         workdir: Path,
         io_dir: Path | None = None,
         timeout_s: float | None = None,
+        writable: Sequence[Path] | None = None,
     ) -> Any:  # optimizer.sandbox.CallResult
+        ...
+
+    def open_session(
+        self,
+        entry: str,
+        payload: Mapping[str, Any],
+        *,
+        workdir: Path,
+        io_dir: Path | None = None,
+        timeout_s: float | None = None,
+        shm_bytes: int = 0,
+        ready_timeout_s: float | None = None,
+        writable: Sequence[Path] | None = None,
+    ) -> Any:  # optimizer.sandbox.Session
         ...
 
 
@@ -101,6 +116,28 @@ class EvalContext:
         """Run a trusted entry function ``"module:function"`` in the sandbox, in ``workdir``."""
         return self.sandbox.call(
             entry, payload, workdir=workdir, io_dir=self.io_dir, timeout_s=self.timeout_s
+        )
+
+    def session(
+        self,
+        entry: str,
+        payload: Mapping[str, Any],
+        *,
+        workdir: Path,
+        io_dir: Path | None = None,
+        timeout_s: float | None = None,
+        shm_bytes: int = 0,
+        writable: Sequence[Path] | None = None,
+    ) -> Any:
+        """A sandboxed process in ``workdir`` that serves requests until closed
+        (``optimizer.sandbox.Session``): the candidate's code runs there, and the caller
+        (the trusted side) sends it inputs by value and times every request from outside.
+        ``entry`` builds the child's handler, e.g. ``"optimizer.sandbox.serve:functions"``
+        to call the candidate module's declared functions. A session that cannot start
+        says why in ``.error`` (``.timed_out`` when it was not ready in time)."""
+        return self.sandbox.open_session(
+            entry, payload, workdir=workdir, io_dir=io_dir or self.io_dir,
+            timeout_s=timeout_s or self.timeout_s, shm_bytes=shm_bytes, writable=writable,
         )
 
 

@@ -122,6 +122,7 @@ class RecordingSandbox:
     def __init__(self, inner: Sandbox):
         self.inner = inner
         self.calls: list[tuple[str, Any]] = []
+        self.sessions: list[tuple[str, Any]] = []
         self.notes: list[str] = []
 
     def call(self, entry: str, payload: Mapping[str, Any], **kw: Any) -> Any:
@@ -129,9 +130,18 @@ class RecordingSandbox:
         self.calls.append((entry, res))
         return res
 
+    def open_session(self, entry: str, payload: Mapping[str, Any], **kw: Any) -> Any:
+        session = self.inner.open_session(entry, payload, **kw)
+        self.sessions.append((entry, session))
+        return session
+
     def log(self) -> str:
+        """Every call's and session's exit and output (sessions still open are closed)."""
         parts = []
-        for entry, res in self.calls:
+        calls = list(self.calls)
+        for entry, session in self.sessions:
+            calls.append((f"{entry} (session)", session.close()))
+        for entry, res in calls:
             parts.append(
                 f"== {entry}: exit {res.returncode}, {res.wall_s:.3f} s"
                 f"{', timed out' if res.timed_out else ''}{', ' + res.error if res.error else ''}"

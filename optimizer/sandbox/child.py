@@ -1,4 +1,5 @@
-"""Child-side runner: ``python -m optimizer.sandbox.child RESPONSE_FD`` (the cold start).
+"""Child-side runner: ``python -m optimizer.sandbox.child RESPONSE_FD [CHANNEL_FD]`` (the cold
+start).
 
 Runs inside the sandbox. Reads the request (JSON) from stdin, applies its resource limits
 to itself, imports the trusted entry function ``module:function`` and calls it with the
@@ -130,15 +131,28 @@ def _jsonable(value: Any) -> Any:
     return number if math.isfinite(number) else str(number)
 
 
-def run_entry(entry: str, payload: dict[str, Any], io_dir: str, response_fd: int) -> int:
-    """Import and call ``entry``; write its dict (or ``{"error": ...}``) to ``response_fd``."""
+def run_entry(
+    entry: str, payload: dict[str, Any], io_dir: str, response_fd: int,
+    channel_fd: int | None = None,
+) -> int:
+    """Import and call ``entry``; write its dict (or ``{"error": ...}``) to ``response_fd``.
+
+    With ``channel_fd`` the call is a session: ``entry`` returns a handler and
+    :func:`optimizer.sandbox.serve.serve` answers the trusted side's requests with it until
+    the channel closes; the response is then a summary of the session.
+    """
     module_name, _, func_name = entry.partition(":")
     sys.path.insert(0, os.getcwd())  # the candidate's folder
     result: dict[str, Any]
     try:
-        func = getattr(importlib.import_module(module_name), func_name)
-        value = func(payload, Path(io_dir))
-        result = value if isinstance(value, dict) else {"value": value}
+        if channel_fd is not None:
+            from optimizer.sandbox.serve import serve
+
+            result = serve(entry, payload, Path(io_dir), channel_fd)
+        else:
+            func = getattr(importlib.import_module(module_name), func_name)
+            value = func(payload, Path(io_dir))
+            result = value if isinstance(value, dict) else {"value": value}
     except BaseException as exc:  # noqa: BLE001 - candidate code may raise anything
         tb = traceback.format_exc(limit=20)
         result = {"error": f"{type(exc).__name__}: {exc}\n{tb[-3000:]}"}
@@ -153,12 +167,14 @@ def run_entry(entry: str, payload: dict[str, Any], io_dir: str, response_fd: int
 
 def main(argv: list[str]) -> int:
     response_fd = int(argv[0])
+    channel_fd = int(argv[1]) if len(argv) > 1 else None
     request = json.loads(sys.stdin.buffer.read())
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # the candidate gets no stdin
     os.close(devnull)
     confine(request, [os.environ.get("TMPDIR", "/tmp")])
-    return run_entry(request["entry"], request.get("payload", {}), request["io_dir"], response_fd)
+    return run_entry(request["entry"], request.get("payload", {}), request["io_dir"], response_fd,
+                     channel_fd=channel_fd)
 
 
 if __name__ == "__main__":

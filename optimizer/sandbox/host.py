@@ -26,12 +26,14 @@ import json
 import logging
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,9 +47,10 @@ from optimizer.sandbox.bwrap import (
     scrubbed_env,
 )
 from optimizer.sandbox.pipes import CappedReader, describe_exit, make_pipe, parse_response
+from optimizer.sandbox.session import Session
 from optimizer.sandbox.zygote_host import Zygote
 
-__all__ = ["ENV_ALLOW", "CallResult", "Sandbox", "SandboxSettings"]
+__all__ = ["ENV_ALLOW", "CallResult", "Launch", "Sandbox", "SandboxSettings", "Session"]
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 log = logging.getLogger("optimizer.sandbox")
@@ -125,15 +128,21 @@ class Sandbox:
                 why,
             )
         self._rw_root = Path(os.path.realpath(s.rw_root)) if s.rw_root else None
-        self._zygote: Zygote | None = None
+        # Warm processes: one serves one call or session at a time; a session that stays
+        # open while another call runs (a baseline beside a candidate) gets its own, with
+        # its own namespaces, so that clean-up after one never touches the other.
+        self._zygote: Zygote | None = None  # the first; more in _spare when needed at once
+        self._spare: list[Zygote] = []
+        self._busy: set[int] = set()
         self._lock = threading.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
         with self._lock:
-            if self._zygote is not None:
-                self._zygote.close()
-                self._zygote = None
+            for z in [self._zygote, *self._spare]:
+                if z is not None:
+                    z.close()
+            self._zygote, self._spare, self._busy = None, [], set()
 
     def __enter__(self) -> Sandbox:
         return self
@@ -182,33 +191,54 @@ class Sandbox:
             allow_gpu=s.allow_gpu,
         )
 
-    def _zygote_for_call(self) -> Zygote:
-        if self._zygote is None:
-            assert self._rw_root is not None
-            env = self._env("/tmp" if self.isolation == "bwrap" else "")
-            self._zygote = Zygote(
-                self._prefix([self._rw_root], PROJECT_ROOT, env),
-                env,
-                self.settings.preload,
-                pidns=self.isolation == "bwrap",
-                cwd=PROJECT_ROOT,
-                start_timeout_s=self.settings.start_timeout_s,
-            )
-        return self._zygote
+    def _new_zygote(self) -> Zygote:
+        assert self._rw_root is not None
+        env = self._env("/tmp" if self.isolation == "bwrap" else "")
+        return Zygote(
+            self._prefix([self._rw_root], PROJECT_ROOT, env),
+            env,
+            self.settings.preload,
+            pidns=self.isolation == "bwrap",
+            cwd=PROJECT_ROOT,
+            start_timeout_s=self.settings.start_timeout_s,
+        )
+
+    def _acquire(self) -> Zygote:
+        """An idle warm process (a new one when all are busy), marked busy."""
+        with self._lock:
+            if self._zygote is None:
+                self._zygote = self._new_zygote()
+            for z in [self._zygote, *self._spare]:
+                if id(z) not in self._busy:
+                    self._busy.add(id(z))
+                    return z
+            z = self._new_zygote()
+            self._spare.append(z)
+            self._busy.add(id(z))
+            return z
+
+    def _release(self, zygote: Zygote) -> None:
+        with self._lock:
+            self._busy.discard(id(zygote))
+
+    @staticmethod
+    def _ensure_started(zygote: Zygote) -> None:
+        if not zygote.alive:
+            hello = zygote.start()
+            if hello.get("errors"):
+                log.warning("warm sandbox could not preload: %s", "; ".join(hello["errors"]))
 
     def warm_up(self) -> None:
         """Start the zygote now (it imports the preload modules) instead of on first call."""
         if self._rw_root is None or not self.settings.warm:
             return
-        with self._lock:
-            z = self._zygote_for_call()
-            if not z.alive:
-                try:
-                    hello = z.start()
-                except ZygoteDied as exc:
-                    raise SandboxError(str(exc)) from None
-                if hello.get("errors"):
-                    log.warning("warm sandbox could not preload: %s", "; ".join(hello["errors"]))
+        z = self._acquire()
+        try:
+            self._ensure_started(z)
+        except ZygoteDied as exc:
+            raise SandboxError(str(exc)) from None
+        finally:
+            self._release(z)
 
     # -- the call ----------------------------------------------------------------------
     def call(
@@ -219,7 +249,48 @@ class Sandbox:
         workdir: Path,
         io_dir: Path | None = None,
         timeout_s: float | None = None,
+        writable: Sequence[Path] | None = None,
     ) -> CallResult:
+        """Run ``entry(payload, io_dir)`` in a sandboxed child in ``workdir``; its JSON.
+        ``writable``: where the child may write (default: ``workdir`` and the io dir)."""
+        launch = self._launch(entry, payload, workdir, io_dir, timeout_s, None, writable)
+        return launch.finish()
+
+    def open_session(
+        self,
+        entry: str,
+        payload: Mapping[str, Any],
+        *,
+        workdir: Path,
+        io_dir: Path | None = None,
+        timeout_s: float | None = None,
+        shm_bytes: int = 0,
+        ready_timeout_s: float | None = None,
+        writable: Sequence[Path] | None = None,
+    ) -> Session:
+        """A sandboxed child that serves requests until closed (see
+        :mod:`optimizer.sandbox.serve`): ``entry(payload, io_dir)`` builds its handler.
+        ``timeout_s`` bounds the whole session; ``shm_bytes`` sizes the shared region for
+        large inputs (0: none); ``writable`` as for :meth:`call`."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            launch = self._launch(entry, payload, workdir, io_dir, timeout_s, theirs, writable)
+        finally:
+            theirs.close()
+        timeout = float(timeout_s or self.settings.timeout_s)
+        return Session(ours, launch, shm_bytes=shm_bytes,
+                       ready_timeout_s=ready_timeout_s or timeout)
+
+    def _launch(
+        self,
+        entry: str,
+        payload: Mapping[str, Any],
+        workdir: Path,
+        io_dir: Path | None,
+        timeout_s: float | None,
+        channel: socket.socket | None,
+        writable: Sequence[Path] | None = None,
+    ) -> Launch:
         timeout = float(timeout_s or self.settings.timeout_s)
         workdir = Path(os.path.realpath(workdir))
         own_io = None
@@ -230,27 +301,34 @@ class Sandbox:
         else:
             io = Path(os.path.realpath(io_dir))
             io.mkdir(parents=True, exist_ok=True)
+        warm = (
+            self.settings.warm
+            and self._rw_root is not None
+            and _under(workdir, self._rw_root)
+            and _under(io, self._rw_root)
+        )
+        request: dict[str, Any] = {"entry": entry, "payload": dict(payload), "io_dir": str(io)}
+        request["limits"] = self._limits(timeout)
+        request["landlock"] = self.settings.landlock
+        request["writable"] = (
+            [str(workdir), str(io)] if writable is None
+            else [os.path.realpath(p) for p in writable]
+        )
+        if self.settings.allow_gpu:
+            # the CUDA driver opens its device nodes read-write; Landlock counts that
+            # as a write, so without these the driver fails with error 304
+            request["writable"] += sorted(glob.glob("/dev/nvidia*"))
         try:
-            warm = (
-                self.settings.warm
-                and self._rw_root is not None
-                and _under(workdir, self._rw_root)
-                and _under(io, self._rw_root)
-            )
-            request: dict[str, Any] = {"entry": entry, "payload": dict(payload), "io_dir": str(io)}
-            request["limits"] = self._limits(timeout)
-            request["landlock"] = self.settings.landlock
-            request["writable"] = [str(workdir), str(io)]
-            if self.settings.allow_gpu:
-                # the CUDA driver opens its device nodes read-write; Landlock counts that
-                # as a write, so without these the driver fails with error 304
-                request["writable"] += sorted(glob.glob("/dev/nvidia*"))
             if warm:
-                return self._call_warm(request, workdir, timeout)
-            return self._call_cold(request, workdir, io, timeout)
-        finally:
+                launch = self._launch_warm(request, workdir, timeout, channel)
+            else:
+                launch = self._launch_cold(request, workdir, io, timeout, channel)
+        except BaseException:
             if own_io is not None:
                 shutil.rmtree(own_io, ignore_errors=True)
+            raise
+        launch.own_io = own_io
+        return launch
 
     def _pipes(self) -> tuple[list[CappedReader], list[int], list[int]]:
         """(readers for stdout/stderr/response, their write ends) - readers start later."""
@@ -284,76 +362,156 @@ class Sandbox:
                 error += ": " + stderr.strip()[-1500:]
         return CallResult(data, returncode, timed_out, wall, stdout, stderr, error)
 
-    def _call_warm(self, request: dict[str, Any], workdir: Path, timeout: float) -> CallResult:
+    def _launch_warm(
+        self, request: dict[str, Any], workdir: Path, timeout: float,
+        channel: socket.socket | None,
+    ) -> Launch:
         request.update(workdir=str(workdir), timeout_s=timeout, env=self._env("").copy())
         start = time.perf_counter()
-        with self._lock:
-            zygote = self._zygote_for_call()
-            _, rfds, wfds = self._pipes()
-            readers = self._readers(rfds)
-            died, reply = "", {}
-            try:
-                if not zygote.alive:
-                    hello = zygote.start()
-                    if hello.get("errors"):
-                        log.warning("warm sandbox could not preload: %s", hello["errors"])
-                reply = zygote.call(request, wfds, backstop_s=timeout + 10.0)
-            except ZygoteDied as exc:
-                died = f"sandbox process died during the call ({exc}); it will be restarted"
-            finally:
-                for fd in wfds:
-                    os.close(fd)
-            if reply.get("error"):
-                died = f"sandbox refused the call: {reply['error']}"
-            return self._finish(
-                readers,
-                reply.get("returncode"),
-                bool(reply.get("timed_out")),
-                time.perf_counter() - start,
-                timeout,
-                died,
-            )
+        zygote = self._acquire()
+        _, rfds, wfds = self._pipes()
+        readers = self._readers(rfds)
+        launch = Launch(self, readers, timeout, start, zygote=zygote)
+        fds = wfds + ([channel.fileno()] if channel is not None else [])
+        try:
+            self._ensure_started(zygote)
+            zygote.begin(request, fds)
+        except ZygoteDied as exc:
+            launch.died = f"sandbox process died during the call ({exc}); it will be restarted"
+        finally:
+            for fd in wfds:
+                os.close(fd)
+        return launch
 
-    def _call_cold(
-        self, request: dict[str, Any], workdir: Path, io: Path, timeout: float
-    ) -> CallResult:
-        with tempfile.TemporaryDirectory(prefix="sbx-") as tmp:
-            bwrap = self.isolation == "bwrap"
-            env = self._env("/tmp" if bwrap else tmp)
-            prefix = self._prefix([workdir, io], workdir, env)
-            _, rfds, wfds = self._pipes()
-            out_w, err_w, resp_w = wfds
-            cmd = [*prefix, sys.executable, "-m", "optimizer.sandbox.child", str(resp_w)]
-            start = time.perf_counter()
+    def _launch_cold(
+        self, request: dict[str, Any], workdir: Path, io: Path, timeout: float,
+        channel: socket.socket | None,
+    ) -> Launch:
+        tmp = tempfile.mkdtemp(prefix="sbx-")
+        bwrap = self.isolation == "bwrap"
+        env = self._env("/tmp" if bwrap else tmp)
+        prefix = self._prefix([workdir, io], workdir, env)
+        _, rfds, wfds = self._pipes()
+        out_w, err_w, resp_w = wfds
+        cmd = [*prefix, sys.executable, "-m", "optimizer.sandbox.child", str(resp_w)]
+        passed = [resp_w]
+        if channel is not None:
+            cmd.append(str(channel.fileno()))
+            passed.append(channel.fileno())
+        start = time.perf_counter()
+        try:
+            proc = subprocess.Popen(
+                cmd,
+                cwd=workdir,
+                env=env,  # bwrap itself gets no secrets: /proc/1/environ is readable
+                stdin=subprocess.PIPE,
+                stdout=out_w,
+                stderr=err_w,
+                pass_fds=tuple(passed),
+                start_new_session=True,
+            )
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        finally:
+            for fd in wfds:
+                os.close(fd)
+        readers = self._readers(rfds)
+        threading.Thread(target=_feed, args=(proc, request), daemon=True).start()
+        return Launch(self, readers, timeout, start, proc=proc, tmp=tmp)
+
+
+class Launch:
+    """A started sandboxed child: how to wait for its end and what it said."""
+
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        readers: list[CappedReader],
+        timeout: float,
+        start: float,
+        *,
+        zygote: Zygote | None = None,
+        proc: subprocess.Popen[bytes] | None = None,
+        tmp: str = "",
+    ):
+        self.sandbox = sandbox
+        self.readers = readers
+        self.timeout = timeout
+        self.start = start
+        self.zygote = zygote
+        self.proc = proc
+        self.tmp = tmp
+        self.died = ""
+        self.own_io: Path | None = None
+        self.result: CallResult | None = None
+
+    @property
+    def root_pid(self) -> int | None:
+        """The host pid of the process the child descends from (bwrap, or the zygote)."""
+        if self.proc is not None:
+            return self.proc.pid
+        if self.zygote is not None and self.zygote.proc is not None:
+            return self.zygote.proc.pid
+        return None
+
+    def kill_child(self, host_pid: int | None) -> None:
+        """Kill the child now (a session whose request timed out)."""
+        if self.proc is not None:
             try:
-                proc = subprocess.Popen(
-                    cmd,
-                    cwd=workdir,
-                    env=env,  # bwrap itself gets no secrets: /proc/1/environ is readable
-                    stdin=subprocess.PIPE,
-                    stdout=out_w,
-                    stderr=err_w,
-                    pass_fds=(resp_w,),
-                    start_new_session=True,
-                )
-            finally:
-                for fd in wfds:
-                    os.close(fd)
-            readers = self._readers(rfds)
-            threading.Thread(target=_feed, args=(proc, request), daemon=True).start()
-            timed_out = False
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        elif host_pid:
             try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
+                os.kill(host_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def finish(self) -> CallResult:
+        """Wait for the child's end (at most the call's timeout) and collect what it said."""
+        if self.result is not None:
+            return self.result
+        try:
+            self.result = self._finish()
+        finally:
+            if self.own_io is not None:
+                shutil.rmtree(self.own_io, ignore_errors=True)
+            if self.tmp:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+        return self.result
+
+    def _finish(self) -> CallResult:
+        sb = self.sandbox
+        if self.zygote is not None:
+            reply: dict[str, Any] = {}
+            try:
+                if not self.died:
+                    reply = self.zygote.end(backstop_s=self.timeout + 10.0)
+            except ZygoteDied as exc:
+                self.died = f"sandbox process died during the call ({exc}); it will be restarted"
             finally:
-                try:
-                    os.killpg(proc.pid, 9)  # bwrap: its init dies, and the namespace with it
-                except ProcessLookupError:
-                    pass
-                proc.wait()
-            wall = time.perf_counter() - start
-            return self._finish(readers, proc.returncode, timed_out, wall, timeout)
+                sb._release(self.zygote)
+            if reply.get("error"):
+                self.died = f"sandbox refused the call: {reply['error']}"
+            return sb._finish(self.readers, reply.get("returncode"),
+                              bool(reply.get("timed_out")), time.perf_counter() - self.start,
+                              self.timeout, self.died)
+        assert self.proc is not None
+        timed_out = False
+        remaining = max(0.0, self.timeout - (time.perf_counter() - self.start))
+        try:
+            self.proc.wait(timeout=remaining)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # bwrap: its init dies, the namespace too
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+        wall = time.perf_counter() - self.start
+        return sb._finish(self.readers, self.proc.returncode, timed_out, wall, self.timeout)
 
 
 def _feed(proc: subprocess.Popen[bytes], request: Mapping[str, Any]) -> None:

@@ -15,7 +15,9 @@ to it and killed as its children. The zygote is not dumpable, so a candidate run
 the same uid cannot ptrace it.
 
 The control socket speaks :mod:`optimizer.sandbox.wire`; a request carries three fds
-(stdout, stderr, response write ends) attached to its length header.
+(stdout, stderr, response write ends) attached to its length header, and a fourth, the
+channel of a session (:mod:`optimizer.sandbox.serve`), when it opens one: the child then
+serves the trusted side's requests until the channel closes.
 """
 
 from __future__ import annotations
@@ -112,11 +114,11 @@ def _child(req: dict[str, Any], fds: list[int], tmp: str, sock: socket.socket) -
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         _prctl(PR_SET_DUMPABLE, 1)
         sock.close()
-        for target, fd in zip((1, 2, 3), fds, strict=True):
+        for target, fd in zip((1, 2, 3, 4), fds, strict=False):
             os.dup2(fd, target)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
-        os.closerange(4, 1 << 16)
+        os.closerange(len(fds) + 1, 1 << 16)
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
         os.environ.clear()
@@ -125,7 +127,8 @@ def _child(req: dict[str, Any], fds: list[int], tmp: str, sock: socket.socket) -
         tempfile.tempdir = None
         os.chdir(req["workdir"])
         confine(req, [tmp])
-        code = run_entry(req["entry"], req["payload"], req["io_dir"], 3)
+        code = run_entry(req["entry"], req["payload"], req["io_dir"], 3,
+                         channel_fd=4 if len(fds) == 4 else None)
     except BaseException:  # noqa: BLE001 - report anything, then exit
         traceback.print_exc()
     finally:
@@ -188,14 +191,14 @@ def main(argv: list[str]) -> int:
     n = 0
     while True:
         try:
-            req, fds = recv_msg(sock, maxfds=3)
+            req, fds = recv_msg(sock, maxfds=4)
         except (EOFError, ConnectionError):
             return 0
         n += 1
-        if len(fds) != 3:
+        if len(fds) not in (3, 4):
             for fd in fds:
                 os.close(fd)
-            send_msg(sock, {"error": f"expected 3 fds, got {len(fds)}"})
+            send_msg(sock, {"error": f"expected 3 or 4 fds, got {len(fds)}"})
             continue
         reply = serve_call(sock, req, fds, n, pidns)
         send_msg(sock, reply)

@@ -103,8 +103,8 @@ class Zygote:
             return f"it exited with {self.proc.returncode}"
         return "it is unresponsive"
 
-    def call(self, request: Mapping[str, Any], fds: list[int], backstop_s: float) -> dict:
-        """Send one request with its three pipe write ends; the zygote's reply."""
+    def begin(self, request: Mapping[str, Any], fds: list[int]) -> None:
+        """Send one request with its pipe write ends (and a session's channel)."""
         if not self.alive:
             self.kill()
             self.start()
@@ -114,13 +114,20 @@ class Zygote:
         except OSError as exc:
             self.kill()
             raise ZygoteDied(f"cannot send to the warm sandbox process: {exc}") from None
+
+    def end(self, backstop_s: float) -> dict[str, Any]:
+        """The zygote's reply once the call's child has ended (and been swept)."""
         try:
             reply, _ = self._recv(backstop_s)
-            self.last_reply = reply
         except ZygoteDied:
             self.kill()
             raise
-        return reply
+        return dict(reply)
+
+    def call(self, request: Mapping[str, Any], fds: list[int], backstop_s: float) -> dict:
+        """One whole call: :meth:`begin`, then :meth:`end`."""
+        self.begin(request, fds)
+        return self.end(backstop_s)
 
     def kill(self) -> None:
         if self.sock is not None:

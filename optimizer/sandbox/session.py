@@ -1,0 +1,247 @@
+"""The trusted side of a session: a sandboxed child that answers requests until closed.
+
+The harness (an evaluator, in the engine's process) holds the inputs, the reference and
+the clock; the candidate's process only computes. Every request is timed here, around the
+round trip on the channel: the clock starts after the request is encoded and stops when the
+whole answer has arrived, so encoding is not counted and nothing the candidate does to the
+clocks of its own process moves the measurement. The child's CPU time is read from the
+kernel's accounting of its process (``/proc/<pid>/stat``: user and system time of all its
+threads), so work moved to extra threads shows too.
+
+    with sandbox.open_session("optimizer.sandbox.serve:functions", payload, workdir=...) as s:
+        reply = s.request({"op": "call", "fn": "f", "args": [x]}, timeout_s=5)
+        reply.value, reply.wall_s
+
+Failures are values, not exceptions, where the candidate caused them: a request that takes
+longer than its limit kills the child (``reply.timed_out``); a child that dies or closes
+the channel gives ``reply.died``; an exception in the candidate comes back as
+``reply.error``. :class:`SessionError` is raised only for misuse (a closed session).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from optimizer.errors import SandboxError
+from optimizer.sandbox import channel
+from optimizer.sandbox.serve import SHM_SETUP
+
+if TYPE_CHECKING:
+    from optimizer.sandbox.host import CallResult, Launch
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class SessionError(SandboxError):
+    """A session used after it ended."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One request's outcome. ``value`` is the answer when ``ok``; ``wall_s`` the round
+    trip measured on the trusted side; ``cpu_s`` the child's CPU time during it (when
+    asked for)."""
+
+    value: Any = None
+    error: str = ""
+    where: str = ""
+    wall_s: float = 0.0
+    cpu_s: float | None = None
+    timed_out: bool = False
+    died: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not (self.error or self.timed_out or self.died)
+
+    @property
+    def reason(self) -> str:
+        if self.timed_out:
+            return f"no answer within {self.wall_s:.2f} s: the process was killed"
+        return self.died or self.error
+
+
+def _descendants(root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(name))
+    out, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        for child in children.get(pid, ()):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def host_pid(ns_pid: int, root: int | None) -> int | None:
+    """The host pid of the process that calls itself ``ns_pid`` inside its PID namespace,
+    among the descendants of ``root`` (None when it cannot be found)."""
+    if root is None:
+        return None
+    for pid in _descendants(root):
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                for line in fh:
+                    if line.startswith("NSpid:"):
+                        if int(line.split()[-1]) == ns_pid:
+                            return pid
+                        break
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU time of process ``pid`` (all its threads), from the kernel."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+class Session:
+    """A running session (see the module docstring). Use as a context manager."""
+
+    def __init__(self, sock: socket.socket, launch: Launch, *, shm_bytes: int = 0,
+                 ready_timeout_s: float = 120.0):
+        self.sock = sock
+        self.launch = launch
+        self.shm = channel.SharedRegion.create(shm_bytes) if shm_bytes else None
+        self.pid: int | None = None
+        self.ready_s = 0.0
+        self.error = ""  # why the session could not start (import failed, child died)
+        self.timed_out = False  # it did not become ready in time
+        self.result: CallResult | None = None
+        self._closed = False
+        self._start = start = time.perf_counter()
+        hello = self._wait(ready_timeout_s)
+        if hello is not None and "hello" in hello:
+            self.pid = host_pid(int(hello["hello"]), launch.root_pid)
+            try:
+                socket.send_fds(sock, [SHM_SETUP.pack(shm_bytes)],
+                                [self.shm.fd] if self.shm else [])
+            except OSError as exc:
+                self.error = f"the sandboxed process went away at start: {exc}"
+            if not self.error:
+                ready = self._wait(ready_timeout_s - (time.perf_counter() - start))
+                if ready is None or not ready.get("ready"):
+                    self.error = self._start_error(ready)
+        else:
+            self.error = self._start_error(hello)
+        self.ready_s = time.perf_counter() - start
+
+    # -- starting ------------------------------------------------------------------------
+    def _wait(self, timeout_s: float) -> dict[str, Any] | None:
+        ready, _, _ = select.select([self.sock], [], [], max(0.0, timeout_s))
+        if not ready:
+            self.timed_out = True
+            return None
+        try:
+            return channel.recv(self.sock)
+        except (channel.ChannelClosed, channel.BoundaryError, OSError):
+            return None
+
+    def _start_error(self, message: dict[str, Any] | None) -> str:
+        if message is not None and message.get("error"):
+            tb = str(message.get("traceback", ""))
+            return f"the program failed at import: {message['error']}\n{tb[-2000:]}".strip()
+        self.launch.kill_child(self.pid)
+        res = self.close()
+        if self.timed_out:
+            return f"not ready within {time.perf_counter() - self._start:.1f} s (killed)"
+        return res.error or "the sandboxed process ended before it was ready"
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and not self._closed
+
+    # -- requests ------------------------------------------------------------------------
+    def request(self, message: dict[str, Any], *, timeout_s: float,
+                cpu: bool = False) -> Reply:
+        """Send one request and wait for its answer, timing the round trip from here."""
+        if self._closed or self.error:
+            raise SessionError(f"session is not running: {self.error or 'closed'}")
+        parts = channel.pack(message, self.shm)  # encoding is not timed
+        cpu0 = cpu_seconds(self.pid) if cpu else None
+        t0 = time.perf_counter()
+        try:
+            channel.transmit(self.sock, parts)
+            ready, _, _ = select.select([self.sock], [], [], timeout_s)
+            if not ready:
+                wall = time.perf_counter() - t0
+                self.launch.kill_child(self.pid)
+                self._end()
+                return Reply(wall_s=wall, timed_out=True)
+            header, blob = channel.recv_raw(self.sock)
+        except (channel.ChannelClosed, OSError) as exc:
+            wall = time.perf_counter() - t0
+            res = self._end()
+            return Reply(wall_s=wall, died=f"the sandboxed process ended during the request "
+                                          f"({res.error or exc})")
+        wall = time.perf_counter() - t0
+        cpu1 = cpu_seconds(self.pid) if cpu else None
+        try:
+            answer = channel.unpack(header, blob)
+        except channel.BoundaryError as exc:
+            return Reply(wall_s=wall, error=f"unreadable answer: {exc}", where="result")
+        used = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
+        if "error" in answer:
+            tb = str(answer.get("traceback", ""))
+            err = str(answer["error"]) + (f"\n{tb[-2000:]}" if tb else "")
+            return Reply(error=err, where=str(answer.get("where", "")), wall_s=wall, cpu_s=used)
+        return Reply(value=answer.get("ok"), wall_s=wall, cpu_s=used)
+
+    def cpu_s(self) -> float | None:
+        """The child's CPU time so far."""
+        return cpu_seconds(self.pid)
+
+    # -- ending ----------------------------------------------------------------------------
+    def _end(self) -> CallResult:
+        self._closed = True
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        if self.result is None:
+            self.result = self.launch.finish()
+        if self.shm is not None:
+            self.shm.close()
+            self.shm = None
+        return self.result
+
+    def close(self) -> CallResult:
+        """End the session (EOF on the channel); what the child printed and how it ended."""
+        if self._closed and self.result is not None:
+            return self.result
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        return self._end()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

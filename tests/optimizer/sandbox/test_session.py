@@ -1,0 +1,183 @@
+"""Sessions: a sandboxed child serving requests while the trusted side holds the clock.
+
+Values cross as plain data and arrays only; every request is timed from the trusted side;
+a hang, a crash, an exception or an import failure is a value with a reason."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from optimizer.sandbox import Sandbox, SandboxSettings
+from optimizer.sandbox.channel import BoundaryError, Encoder, decode
+
+PROGRAM = '''
+import threading, time
+import numpy as np
+
+def echo(*args, **kwargs):
+    return {"args": list(args), "kwargs": kwargs}
+
+def double(x):
+    return x * 2
+
+def sleep(s):
+    time.sleep(s)
+    return s
+
+def spin_threads(seconds, n):
+    def work():
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+    ts = [threading.Thread(target=work) for _ in range(n)]
+    for t in ts: t.start()
+    for t in ts: t.join()
+    return n
+
+def boom():
+    raise ValueError("nope")
+
+def die():
+    import os
+    os._exit(3)
+
+def lazy():
+    class Lazy(np.ndarray):
+        pass
+    return np.arange(4.0).view(Lazy)
+
+def thing():
+    return object()
+
+def stop_clocks():
+    for name in ("perf_counter", "monotonic", "time"):
+        setattr(time, name, lambda: 0.0)
+    return True
+'''
+
+
+@pytest.fixture(params=["warm", "cold"])
+def sandbox(request: pytest.FixtureRequest, tmp_path: Path):
+    root = tmp_path / "worktrees"
+    (root / "c").mkdir(parents=True)
+    (root / "c" / "prog.py").write_text(PROGRAM)
+    warm = request.param == "warm"
+    sb = Sandbox(SandboxSettings(rw_root=root if warm else None, preload=("numpy",),
+                                 timeout_s=60))
+    yield sb, root / "c", root / "io"
+    sb.close()
+
+
+FUNCS = ["echo", "double", "sleep", "spin_threads", "boom", "die", "lazy", "thing",
+         "stop_clocks"]
+
+
+def _open(sb, workdir, io, **kw):
+    return sb.open_session("optimizer.sandbox.serve:functions",
+                           {"module": "prog.py", "functions": FUNCS}, workdir=workdir,
+                           io_dir=io, **kw)
+
+
+def test_values_cross_as_what_they_were(sandbox) -> None:
+    sb, workdir, io = sandbox
+    with _open(sb, workdir, io, shm_bytes=1 << 22) as s:
+        assert s.ok, s.error
+        value = (1, 2.5, float("inf"), "x", None, True, [1, [2]], {"k": (3,)}, b"\x00\x01")
+        r = s.request({"op": "call", "fn": "echo", "args": list(value), "kwargs": {"a": 1}},
+                      timeout_s=10)
+        assert r.ok, r.reason
+        got = r.value["args"]
+        assert got[:2] == [1, 2.5] and math.isinf(got[2]) and got[3:6] == ["x", None, True]
+        assert got[6] == [1, [2]] and got[7] == {"k": (3,)} and got[8] == b"\x00\x01"
+        assert r.value["kwargs"] == {"a": 1}
+        small = np.arange(12, dtype=np.float16).reshape(3, 4)
+        big = np.random.default_rng(0).standard_normal((300, 300))  # through shared memory
+        for arr in (small, big, np.float32(1.5)):
+            r = s.request({"op": "call", "fn": "double", "args": [arr]}, timeout_s=10)
+            assert r.ok, r.reason
+            assert np.asarray(r.value).dtype == np.asarray(arr).dtype
+            assert np.array_equal(r.value, arr * 2)
+        r = s.request({"op": "call", "fn": "lazy"}, timeout_s=10)
+        assert type(r.value) is np.ndarray  # a subclass arrives as a plain array
+        r = s.request({"op": "call", "fn": "thing"}, timeout_s=10)
+        assert not r.ok and "cannot cross the boundary" in r.error
+        r = s.request({"op": "call", "fn": "boom"}, timeout_s=10)
+        assert not r.ok and "ValueError: nope" in r.error
+        r = s.request({"op": "call", "fn": "open"}, timeout_s=10)
+        assert not r.ok and "not a function this target lets the harness call" in r.error
+    assert s.result is not None and s.result.response == {"served": 8}
+
+
+def test_the_trusted_side_holds_the_clock(sandbox) -> None:
+    sb, workdir, io = sandbox
+    with _open(sb, workdir, io) as s:
+        r = s.request({"op": "call", "fn": "spin_threads", "args": [0.3, 2]}, timeout_s=10,
+                      cpu=True)
+        assert r.ok and r.cpu_s is not None and r.cpu_s > 0.35  # two threads' time counts
+        assert s.request({"op": "call", "fn": "stop_clocks"}, timeout_s=10).ok
+        r = s.request({"op": "call", "fn": "sleep", "args": [0.2]}, timeout_s=10, cpu=True)
+        assert r.ok and 0.19 < r.wall_s < 2.0
+        assert r.cpu_s is not None and r.cpu_s < 0.1  # sleeping costs no CPU
+
+
+def test_a_hang_is_killed_and_a_crash_reported(sandbox) -> None:
+    sb, workdir, io = sandbox
+    with _open(sb, workdir, io) as s:
+        start = time.perf_counter()
+        r = s.request({"op": "call", "fn": "sleep", "args": [30]}, timeout_s=0.5)
+        assert r.timed_out and not r.ok and time.perf_counter() - start < 10
+    with _open(sb, workdir, io) as s:
+        r = s.request({"op": "call", "fn": "die"}, timeout_s=10)
+        assert r.died and "exit code 3" in r.reason, r.reason
+
+
+def test_an_import_failure_is_a_reason(sandbox, tmp_path: Path) -> None:
+    sb, workdir, io = sandbox
+    (workdir / "bad.py").write_text("raise RuntimeError('broken at import')\n")
+    s = sb.open_session("optimizer.sandbox.serve:functions", {"module": "bad.py"},
+                        workdir=workdir, io_dir=io)
+    assert not s.ok and "broken at import" in s.error
+    s.close()
+    (workdir / "slow.py").write_text("import time\ntime.sleep(60)\n")
+    s = sb.open_session("optimizer.sandbox.serve:functions", {"module": "slow.py"},
+                        workdir=workdir, io_dir=io, ready_timeout_s=1.0)
+    assert not s.ok and s.timed_out and "not ready" in s.error
+    s.close()
+
+
+def test_the_codec_refuses_what_has_behaviour() -> None:
+    class Sneaky:
+        pass
+
+    for value in (Sneaky(), {1: 2}, np.array([object()]), lambda: 1):
+        with pytest.raises(BoundaryError):
+            Encoder().encode(value)
+    enc = Encoder()
+    tree = enc.encode({"a": np.zeros(3)})
+    tree["__dict__"]["a"]["__nd__"][0] = "|O"  # a forged object dtype on the way in
+    with pytest.raises(BoundaryError):
+        decode(tree, bytearray(24))
+
+
+def test_two_sessions_run_at_once_in_separate_processes(tmp_path: Path) -> None:
+    root = tmp_path / "worktrees"
+    (root / "c").mkdir(parents=True)
+    (root / "c" / "prog.py").write_text(PROGRAM)
+    with Sandbox(SandboxSettings(rw_root=root, preload=("numpy",), timeout_s=60)) as sb:
+        a, b = _open(sb, root / "c", root / "io-a"), _open(sb, root / "c", root / "io-b")
+        try:
+            assert a.ok and b.ok and a.pid != b.pid
+            assert a.request({"op": "call", "fn": "stop_clocks"}, timeout_s=10).ok
+            r = b.request({"op": "call", "fn": "sleep", "args": [0.1]}, timeout_s=10)
+            assert r.ok and r.wall_s >= 0.09
+            # a plain call meanwhile gets a third warm process
+            res = sb.call("optimizer.sandbox.serve:load_module", {}, workdir=root / "c")
+            assert res.response is not None or res.error
+        finally:
+            a.close()
+            b.close()
