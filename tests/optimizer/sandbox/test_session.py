@@ -118,7 +118,7 @@ def test_the_trusted_side_holds_the_clock(sandbox) -> None:
     with _open(sb, workdir, io) as s:
         r = s.request({"op": "call", "fn": "spin_threads", "args": [0.3, 2]}, timeout_s=10,
                       cpu=True)
-        assert r.ok and r.cpu_s is not None and r.cpu_s > 0.2  # other threads. time counts
+        assert r.ok and r.cpu_s is not None and r.cpu_s > 0.2  # another thread's time counts
         assert s.request({"op": "call", "fn": "stop_clocks"}, timeout_s=10).ok
         r = s.request({"op": "call", "fn": "sleep", "args": [0.2]}, timeout_s=10, cpu=True)
         assert r.ok and 0.19 < r.wall_s < 2.0
