@@ -93,8 +93,12 @@ def time_interleaved(
     reps: int = 100,
     warmup: int = 5,
     flusher: L2Flusher | None = None,
+    capture: Callable[[str, int, Any], None] | None = None,
 ) -> dict[str, Samples]:
-    """Time each function ``reps`` times, alternating between them every repetition."""
+    """Time each function ``reps`` times, alternating between them every repetition.
+
+    ``capture(name, rep, result)`` sees every timed call's result after the repetition's
+    clocks have stopped (the caller keeps the ones it will check)."""
     if reps < 1:
         raise ValueError("reps must be >= 1")
     for fn in fns.values():
@@ -120,11 +124,14 @@ def time_interleaved(
                 flusher.flush()
             torch.cuda._sleep(HEADSTART_CYCLES)
             start.record()
-            fns[name]()
+            result = fns[name]()
             end.record()
             torch.cuda.synchronize()
             walls[name].append((time.perf_counter() - t0) * 1e3)
             events[name].append((pre, start, end))
+            if capture is not None:
+                capture(name, i, result)
+            del result
     out = {}
     for k in names:
         ev = tuple(s.elapsed_time(e) for _, s, e in events[k])

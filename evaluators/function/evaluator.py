@@ -1,4 +1,4 @@
-"""The ``function`` kind: the target brings its own ``evaluate.py``.
+"""The ``function`` kind: the target brings its own trusted ``evaluate.py``.
 
 ``evaluate.py`` (trusted, in the target folder, never editable) defines::
 
@@ -6,25 +6,37 @@
     def evaluate(program_path: str) -> dict[str, float]
     def evaluate_held_out(program_path: str) -> dict[str, float]   # optional
 
-Both run in the sandbox next to the candidate (they import it), so a function target's
-own checks are only as strong as its ``evaluate.py``; kinds with a reference (kernel,
-routing, speculative) keep the verdict on the trusted side.
+and runs on the trusted side: in the engine's process, never beside the candidate. The
+``program_path`` it gets is a stand-in whose functions run the candidate's in a sandboxed
+process (:mod:`evaluators.function.harness`): it imports and calls them as if they were
+local, while the inputs, the reference, the comparison and the clock stay here. Use
+``harness.timed(fn, *args)`` to time a call from this side of the channel.
 
 ``[evaluator]`` settings in target.toml: ``module`` (default "evaluate.py"), ``program``
 (default: the first editable file), ``repeats`` (evaluations per measurement; the
 primary metric's median is reported and the repetitions kept as samples; default 3).
+Besides what ``evaluate`` returns, every measurement reports ``import_s`` (the candidate's
+import, measured from outside) and ``cpu_s`` (its process's CPU time as the kernel counts
+it, per evaluation).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import math
-import shutil
+import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from evaluators._base import EvalContext, Evaluator, result_from_call, text_beside
+from evaluators._base import EvalContext, Evaluator, text_beside
+from evaluators.function.harness import (
+    CandidateError,
+    CandidateTimeout,
+    CandidateUnavailable,
+    Programs,
+)
 from optimizer.errors import ConfigError
 from optimizer.records import CandidateState, EvalResult
 
@@ -47,47 +59,104 @@ class FunctionEvaluator(Evaluator):
                 file=where,
                 key=f"evaluator.{sorted(unknown)[0]}",
             )
-        self.module = str(target.path / settings.get("module", "evaluate.py"))
+        self.module_path = target.path / str(settings.get("module", "evaluate.py"))
         self.program = str(settings.get("program", target.editable[0]))
-        self.repeats = int(settings.get("repeats", 3))
-        if not Path(self.module).is_file():
-            raise ConfigError(f"evaluator module {self.module} not found", file=where,
+        repeats = settings.get("repeats", 3)
+        if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+            raise ConfigError(f"must be a whole number >= 1, not {repeats!r}", file=where,
+                              key="evaluator.repeats")
+        self.repeats = repeats
+        if not self.module_path.is_file():
+            raise ConfigError(f"evaluator module {self.module_path} not found", file=where,
                               key="evaluator.module")
+        if self.program not in target.editable:
+            raise ConfigError(f"program {self.program!r} is not an editable file", file=where,
+                              key="evaluator.program")
+        self._trusted: Any = None
 
     def prompt_text(self) -> str:
         return text_beside(__file__)
 
-    def _payload(self, cand_dir: Path, **extra: Any) -> dict[str, Any]:
-        return {"module": self.module, "program": str(cand_dir / self.program), **extra}
+    # -- the trusted evaluate.py ---------------------------------------------------------
+    def trusted(self) -> Any:
+        """The target's evaluate.py, imported once in this (the trusted) process."""
+        if self._trusted is None:
+            name = f"_target_evaluate_{self.target.name}_{id(self)}"
+            spec = importlib.util.spec_from_file_location(name, self.module_path)
+            if spec is None or spec.loader is None:
+                raise ConfigError(f"cannot import {self.module_path}")
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[name] = mod
+            spec.loader.exec_module(mod)
+            self._trusted = mod
+        return self._trusted
 
-    def correctness(self, cand_dir: Path, ctx: EvalContext) -> EvalResult:
-        call = ctx.run(
-            "evaluators.function.evaluator:child_validate", self._payload(cand_dir),
-            workdir=cand_dir,
-        )
-        failed = result_from_call(call, "correctness")
-        if failed is not None:
-            return failed
-        if not call.response.get("ok"):
+    def _run(self, fn: Callable[[str], Any], folder: Path, ctx: EvalContext, stage: str,
+             programs_out: list[Programs] | None = None) -> tuple[EvalResult | None, Any]:
+        """Call a trusted function with a stand-in for the program in ``folder``; every
+        failure becomes a state with a reason."""
+        programs = Programs(ctx, folder, self.program)
+        try:
+            return None, fn(programs.stand_in())
+        except AssertionError as exc:
+            return EvalResult(CandidateState.INVALID, f"wrong answer: {exc}", stage), None
+        except CandidateTimeout as exc:
+            return EvalResult(CandidateState.TIMEOUT, str(exc), stage), None
+        except CandidateUnavailable as exc:
+            state = CandidateState.TIMEOUT if exc.timed_out else CandidateState.FAILED
+            return EvalResult(state, str(exc)[-4000:], stage), None
+        except CandidateError as exc:
+            return EvalResult(CandidateState.FAILED, str(exc)[-4000:], stage), None
+        except Exception as exc:  # noqa: BLE001 - evaluate.py tripping over an answer
             return EvalResult(
-                CandidateState.INVALID, str(call.response.get("reason")), "correctness"
-            )
-        return EvalResult(CandidateState.VALID, "", "correctness")
+                CandidateState.FAILED,
+                f"{self.module_path.name} raised {type(exc).__name__}: {exc} (on what the "
+                "program returned)",
+                stage,
+            ), None
+        finally:
+            programs.close()
+            if programs_out is not None:
+                programs_out.append(programs)
 
-    def _measure(self, cand_dir: Path, ctx: EvalContext, held_out: bool, stage: str) -> EvalResult:
-        payload = self._payload(cand_dir, repeats=self.repeats, held_out=held_out)
-        call = ctx.run("evaluators.function.evaluator:child_evaluate", payload, workdir=cand_dir)
-        failed = result_from_call(call, stage)
-        if failed is not None:
-            return failed
-        runs: list[dict[str, float]] = call.response["runs"]
-        return self._result(runs, stage)
+    # -- stages --------------------------------------------------------------------------
+    def correctness(self, cand_dir: Path, ctx: EvalContext) -> EvalResult:
+        validate = getattr(self.trusted(), "validate", None)
+        if validate is None:
+            return EvalResult(CandidateState.FAILED,
+                              f"{self.module_path.name} defines no validate(program_path)",
+                              "correctness")
+        failed, _ = self._run(validate, cand_dir, ctx, "correctness")
+        return failed or EvalResult(CandidateState.VALID, "", "correctness")
 
-    def _result(self, runs: list[dict[str, float]], stage: str) -> EvalResult:
+    def _measure(self, cand_dir: Path, ctx: EvalContext, name: str, stage: str) -> EvalResult:
+        func = getattr(self.trusted(), name, None)
+        if func is None:
+            return EvalResult(CandidateState.FAILED,
+                              f"{self.module_path.name} defines no {name}(program_path)", stage)
+        runs: list[dict[str, float]] = []
+        programs: list[Programs] = []
+        for _ in range(self.repeats):
+            failed, value = self._run(func, cand_dir, ctx, stage, programs)
+            if failed is not None:
+                return failed
+            try:
+                runs.append(_as_metrics(value))
+            except (TypeError, ValueError) as exc:
+                return EvalResult(CandidateState.FAILED, f"{name}(): {exc}", stage)
+        return self._result(runs, programs, stage)
+
+    def _result(self, runs: list[dict[str, float]], programs: list[Programs],
+                stage: str) -> EvalResult:
         metrics: dict[str, float] = {}
         for name in runs[0]:
-            values = sorted(float(r[name]) for r in runs)
-            metrics[name] = values[len(values) // 2]
+            metrics[name] = statistics.median(float(r[name]) for r in runs)
+        imports = [s for p in programs for s in p.import_s]
+        cpus = [s for p in programs for s in p.cpu_s]
+        if imports:
+            metrics.setdefault("import_s", statistics.median(imports))
+        if cpus:
+            metrics.setdefault("cpu_s", statistics.median(cpus))
         objectives = []
         for obj in self.target.objectives:
             value = metrics.get(obj.metric)
@@ -110,86 +179,37 @@ class FunctionEvaluator(Evaluator):
         )
 
     def performance(self, cand_dir: Path, ctx: EvalContext) -> EvalResult:
-        return self._measure(cand_dir, ctx, held_out=False, stage="performance")
+        return self._measure(cand_dir, ctx, "evaluate", "performance")
 
     def held_out(self, cand_dir: Path, ctx: EvalContext) -> EvalResult | None:
-        res = self._measure(cand_dir, ctx, held_out=True, stage="held_out")
-        if res.state is CandidateState.FAILED and "no evaluate_held_out" in res.reason:
+        if getattr(self.trusted(), "evaluate_held_out", None) is None:
             return None
-        return res
+        return self._measure(cand_dir, ctx, "evaluate_held_out", "held_out")
 
     def compare(self, cand_dir: Path, base_dir: Path, ctx: EvalContext, repeats: int) -> EvalResult:
-        # The baseline is copied next to the io files: the sandbox shows the candidate
-        # only its own folder, the io dir and read-only code.
-        base_copy = ctx.io_dir / "baseline"
-        shutil.rmtree(base_copy, ignore_errors=True)
-        shutil.copytree(base_dir, base_copy)
-        payload = self._payload(
-            cand_dir,
-            baseline=str(base_copy / self.program),
-            repeats=repeats,
-            metric=self.target.primary.metric,
-        )
-        call = ctx.run("evaluators.function.evaluator:child_compare", payload, workdir=cand_dir)
-        failed = result_from_call(call, "compare")
-        if failed is not None:
-            return failed
+        """Seed and candidate evaluated alternately, each in processes of its own."""
+        evaluate = self.trusted().evaluate
+        metric = self.target.primary.metric
+        cand: list[float] = []
+        base: list[float] = []
+        for _ in range(max(3, repeats)):
+            for folder, sink in ((base_dir, base), (cand_dir, cand)):
+                failed, value = self._run(evaluate, folder, ctx, "compare")
+                if failed is not None:
+                    return failed
+                try:
+                    sink.append(float(_as_metrics(value)[metric]))
+                except (KeyError, TypeError, ValueError) as exc:
+                    return EvalResult(CandidateState.FAILED, f"evaluate(): {exc}", "compare")
         return EvalResult(
             CandidateState.VALID,
             "",
             "compare",
-            samples={
-                "candidate": tuple(call.response["candidate"]),
-                "baseline": tuple(call.response["baseline"]),
-            },
+            samples={"candidate": tuple(cand), "baseline": tuple(base)},
         )
-
-
-# -- entry functions, run inside the sandbox -------------------------------------------
-
-
-def _load(module_path: str) -> Any:
-    spec = importlib.util.spec_from_file_location("_target_evaluate", module_path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["_target_evaluate"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def child_validate(payload: dict[str, Any], io_dir: Path) -> dict[str, Any]:
-    mod = _load(payload["module"])
-    if not hasattr(mod, "validate"):
-        return {"error": "evaluate.py defines no validate(program_path)"}
-    try:
-        mod.validate(payload["program"])
-    except AssertionError as exc:
-        return {"ok": False, "reason": f"wrong answer: {exc}"}
-    return {"ok": True}
 
 
 def _as_metrics(value: Any) -> dict[str, float]:
     if not isinstance(value, dict):
         raise TypeError(f"evaluate() must return dict[str, float], not {type(value).__name__}")
     return {str(k): float(v) for k, v in value.items()}
-
-
-def child_evaluate(payload: dict[str, Any], io_dir: Path) -> dict[str, Any]:
-    mod = _load(payload["module"])
-    name = "evaluate_held_out" if payload.get("held_out") else "evaluate"
-    func = getattr(mod, name, None)
-    if func is None:
-        return {"error": f"evaluate.py defines no {name}(program_path)"}
-    runs = [_as_metrics(func(payload["program"])) for _ in range(max(1, payload["repeats"]))]
-    return {"runs": runs}
-
-
-def child_compare(payload: dict[str, Any], io_dir: Path) -> dict[str, Any]:
-    mod = _load(payload["module"])
-    metric = payload["metric"]
-    cand: list[float] = []
-    base: list[float] = []
-    for _ in range(max(3, payload["repeats"])):
-        base.append(_as_metrics(mod.evaluate(payload["baseline"]))[metric])
-        cand.append(_as_metrics(mod.evaluate(payload["program"]))[metric])
-    return {"candidate": cand, "baseline": base}

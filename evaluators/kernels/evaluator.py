@@ -29,6 +29,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import random
+import secrets
 import shutil
 import statistics
 import sys
@@ -45,6 +46,8 @@ from optimizer.records import CandidateState, EvalResult
 _EVAL_KEYS = {"distributions", "allow_tf32", "repetitions", "tolerances", "workloads", "blocks"}
 _WORKLOAD_KEYS = {"name", "device", "args", "init", "param_dtype", "skip"}
 NO_GPU = "no GPU: correctness verified, timing skipped"
+TIMED_SETS = 3  # input sets the timed calls rotate over
+TIMED_CHECKS = 3  # timed calls per block whose outputs are checked, at random
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,12 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def _itemsize(dtype: Any) -> int:
+    import torch
+
+    return int(torch.empty((), dtype=dtype).element_size())
+
+
 class KernelEvaluator(Evaluator):
     kind: ClassVar[str] = "kernel"
     preload: ClassVar[tuple[str, ...]] = ("torch", "triton")
@@ -139,6 +148,13 @@ class KernelEvaluator(Evaluator):
     def __init__(self, target: Any):
         super().__init__(target)
         self.config = KernelConfig.parse(dict(target.evaluator), f"{target.rel_path}/target.toml")
+        # the timed calls' input sets: drawn from a seed the candidate is never told in
+        # advance, fixed for this evaluator (a night), so references are computed once
+        self._timing_seed = secrets.randbits(30)
+        dists = [d for d in self.config.distributions if d != "normal"]
+        self._timing_dists = ("normal", *random.Random(self._timing_seed).sample(
+            dists, k=min(TIMED_SETS - 1, len(dists))))
+        self._timing_refs: dict[str, list[tuple[Any, list[Any]]]] = {}
 
     def sandbox_env(self, device: str) -> dict[str, str]:
         # Triton reads TRITON_INTERPRET when it is imported, i.e. in the warm zygote
@@ -281,19 +297,83 @@ class KernelEvaluator(Evaluator):
 
     # -- stage 3 ---------------------------------------------------------------------
     def _timing_payload(self, ctx: EvalContext, baseline: Path | None, blocks: int) -> dict:
-        reference: Any = None
+        reference = load_reference(self.target.path)
         jobs = []
         for i, w in enumerate(self.config.workloads):
             if w.device != "cuda" or w.skip:
                 continue
-            if w.init is None and reference is None:
-                reference = load_reference(self.target.path)
             init = list(w.init if w.init is not None else reference.get_init_inputs())
             jobs.append({"id": f"w{i}", "name": w.name, "args": w.args, "init": init,
-                         "param_dtype": w.param_dtype or w.args.get("dtype")})
+                         "param_dtype": w.param_dtype or w.args.get("dtype"),
+                         "dists": list(self._timing_dists)})
         return {"reference": str(self.target.path / "reference.py"), "workloads": jobs,
-                "seed": ctx.seed, "reps": self.config.repetitions, "blocks": blocks,
-                "baseline_dir": str(baseline) if baseline else None}
+                "seed": self._timing_seed, "reps": self.config.repetitions, "blocks": blocks,
+                "checks": TIMED_CHECKS, "baseline_dir": str(baseline) if baseline else None}
+
+    def _timing_sets(self, job: dict[str, Any]) -> list[tuple[Any, list[Any]]]:
+        """The input sets the timed calls rotate over (the same seeds the child draws them
+        from) with their float64 references, computed once per night (they are the same
+        for every candidate, so candidates are compared on the same inputs)."""
+        key = job["id"]
+        if key not in self._timing_refs:
+            import torch
+
+            reference = load_reference(self.target.path)
+            pdt = job["param_dtype"]
+            dtype = getattr(torch, pdt) if pdt else None
+            sets: list[tuple[Any, list[Any]]] = []
+            for j, dist in enumerate(job["dists"]):
+                case = numerics.make_case(reference, job["args"], job["init"], dist,
+                                          self._timing_seed + j, dtype)
+                if j:  # one parameter set per model, as in the child
+                    case = numerics.Case(case.dist, case.inputs, sets[0][0].params)
+                sets.append((case, numerics.reference_output(reference, job["init"], case)))
+            self._timing_refs[key] = sets
+        return self._timing_refs[key]
+
+    def _bytes_moved(self, job: dict[str, Any]) -> int:
+        """Inputs, parameters and the reference's outputs at the workload's dtype: the
+        memory floor never depends on what the candidate returns."""
+        from evaluators import timing
+
+        case, _ = self._timing_sets(job)[0]
+        reference = load_reference(self.target.path)
+        out = sum(math.prod(shape) * _itemsize(dtype)
+                  for shape, dtype in numerics.expected_meta(reference, job["init"], case))
+        return timing.tensor_bytes(list(case.inputs)) + out + sum(
+            timing.tensor_bytes(p) for p in case.params.values())
+
+    def _check_timed_outputs(self, job: dict[str, Any], w: dict[str, Any], io_dir: Path,
+                             stage: str) -> EvalResult | None:
+        """A sample of the timed calls' outputs, and the kernel once more on every input
+        set after the timing, against the float64 reference."""
+        from safetensors.torch import load_file
+
+        sets = self._timing_sets(job)
+        checked = [*(("timed call", c) for c in w.get("captured", [])),
+                   *(("after the timing", c) for c in w.get("after", []))]
+        if len(w.get("after", [])) != len(sets) or not w.get("captured"):
+            return EvalResult(CandidateState.FAILED, f"{job['name']}: the timed outputs did "
+                              "not all come back for checking", stage)
+        for what, c in checked:
+            j = int(c["set"])
+            case, refs = sets[j]
+            out = load_file(str(io_dir / Path(str(c["file"])).name))
+            for k, ref in enumerate(refs):
+                o = out.get(str(k))
+                dn = _dtype_name(ref.dtype if o is None else o.dtype)
+                if o is None:
+                    return EvalResult(CandidateState.INVALID, f"{job['name']}: output {k} "
+                                      f"missing ({what})", stage)
+                v = numerics.compare(o, ref, self.config.tolerance(dn),
+                                     allow_downcast=self.config.allow_tf32, out_dtype=dn)
+                if not v.ok:
+                    where = f"rep {c['rep']} of block {c['block']}" if "rep" in c else "set"
+                    return EvalResult(
+                        CandidateState.INVALID,
+                        f"{job['name']}, {what} ({where}, inputs '{case.dist}'), output {k}: "
+                        f"{v.reason}", stage)
+        return None
 
     def _timed(self, cand_dir: Path, ctx: EvalContext, baseline: Path | None, blocks: int,
                stage: str) -> tuple[EvalResult | None, dict]:
@@ -310,7 +390,16 @@ class KernelEvaluator(Evaluator):
 
         resp = call.response
         copy_gbs = float(resp["copy_gbs"])
+        jobs = {j["id"]: j for j in payload["workloads"]}
+        if sorted(w["id"] for w in resp["workloads"]) != sorted(jobs):
+            return EvalResult(CandidateState.FAILED, "timing did not report every workload",
+                              stage), {}
         for w in resp["workloads"]:
+            job = jobs[w["id"]]
+            bad = self._check_timed_outputs(job, w, ctx.io_dir, stage)
+            if bad is not None:
+                return bad, {}
+            w["bytes"] = self._bytes_moved(job)
             for block in w["blocks"]:
                 for impl, s in block.items():
                     samples = timing.Samples(tuple(s["event_ms"]), tuple(s["wall_ms"]))

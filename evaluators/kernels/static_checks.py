@@ -10,7 +10,9 @@ without being either:
 - ``try``/``except``: a fallback path the timing never sees.
 - state across calls: module-level dicts/lists/sets, ``global``/``nonlocal``,
   ``functools.cache``/``lru_cache``, assignments to ``self.*`` outside ``__init__``.
-- side streams, threads and processes (``torch.cuda.Stream``, ``threading``...).
+- side streams, threads and processes (``torch.cuda.Stream``, ``threading``...), and the
+  attribute names that reach them some other way (``getattr``, ``torch.sys``, frames,
+  ``torch.cuda._sleep``); mutable default arguments (state across calls).
 - a module-level value read inside a kernel that is not ``tl.constexpr(...)``: the CPU
   interpreter accepts it, compiling for a GPU does not (caught here, before a GPU is used).
 - reduced precision in float32 dots (``allow_tf32=True``, ``input_precision="tf32"``,
@@ -51,6 +53,20 @@ NAMES_FORBIDDEN = {
     "exec": "dynamic code", "eval": "dynamic code", "compile": "dynamic code",
     "__import__": "dynamic import", "open": "file access", "globals": "module state",
     "setattr": "attribute writes by name", "Model": "calls the reference model",
+    "getattr": "attribute reads by name", "delattr": "attribute writes by name",
+    "vars": "introspection", "locals": "introspection", "__builtins__": "introspection",
+    "breakpoint": "a debugger hook",
+}
+# Attribute names no kernel needs, whatever object they are read from: frames (telling the
+# checks from the timing), the interpreter's modules reached through another module
+# (``torch.sys``, ``torch.os``), timing and stream machinery (work the timed stream does not
+# see, a spin that stretches the baseline), and dynamic attribute access.
+ATTRS_FORBIDDEN = {
+    "_getframe", "f_back", "f_locals", "f_globals", "f_code", "gi_frame", "tb_frame",
+    "sys", "os", "gc", "inspect", "threading", "builtins", "importlib", "subprocess",
+    "__getattribute__", "__getattr__", "__setattr__", "__subclasses__", "__import__",
+    "_sleep", "Stream", "ExternalStream", "set_stream", "current_stream", "default_stream",
+    "stream", "Event", "graph", "CUDAGraph", "graphs", "synchronize_stream",
 }
 # receivers whose methods are plain host arithmetic (math.sqrt, triton.cdiv, tl.max)
 HOST_MODULES = {"math", "triton", "tl", "gl", "gluon", "ttgl"}
@@ -157,6 +173,9 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        for default in [*node.args.defaults, *node.args.kw_defaults]:
+            if default is not None and _mutable(default):
+                self.add(default, "cache", "a mutable default argument keeps state across calls")
         for dec in node.decorator_list:
             name = _dotted(dec.func if isinstance(dec, ast.Call) else dec)
             if name.split(".")[-1] in CACHE_DECORATORS:
@@ -250,6 +269,9 @@ class _Checker(ast.NodeVisitor):
                 self.add(node, "torch-compute", f"{name} is not allowed in a kernel candidate")
         if node.attr in ("__dict__", "__globals__", "__code__", "__closure__"):
             self.add(node, "forbidden", f"introspection via {node.attr}")
+        elif node.attr in ATTRS_FORBIDDEN:
+            self.add(node, "forbidden", f".{node.attr}: frames, interpreter modules, streams "
+                     "and timing machinery are not for kernels")
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:

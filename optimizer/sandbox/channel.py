@@ -11,6 +11,9 @@ only, never objects with behaviour:
   is converted to a plain array on the sending side, so a lazy result is materialised
   there, inside the timed call) and numpy scalars of those dtypes.
 
+Large arrays go through the session's shared region when it has one (see
+:class:`SharedRegion`): inputs are read in place, results copied once.
+
 Anything else is refused with a :class:`BoundaryError` that names its type. Arrays travel
 in the blob (``{"__nd__": [dtype, shape, offset, nbytes]}``), or, from the harness to the
 candidate, in a shared memory region when the session has one and the array is large
@@ -45,6 +48,21 @@ class ChannelClosed(EOFError):
 # -- values ---------------------------------------------------------------------------------
 
 
+_PLAIN = (int, str, bool, type(None))
+
+
+def _plain_list(value: list[Any] | tuple[Any, ...]) -> bool:
+    """A flat list of plain scalars (the common case, encoded without recursion)."""
+    for v in value:
+        t = type(v)
+        if t is float:
+            if v - v != 0.0:  # NaN or an infinity
+                return False
+        elif t not in _PLAIN:
+            return False
+    return True
+
+
 class Encoder:
     """Turns a value into a JSON-able tree plus binary buffers (or shared-memory slots)."""
 
@@ -63,8 +81,12 @@ class Encoder:
         if isinstance(value, float):
             return float(value) if math.isfinite(value) else {"__f__": repr(float(value))}
         if isinstance(value, list):
+            if type(value) is list and _plain_list(value):
+                return value
             return [self.encode(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
         if isinstance(value, tuple):
+            if type(value) is tuple and _plain_list(value):
+                return {"__tuple__": list(value)}
             return {"__tuple__": [self.encode(v, f"{where}[{i}]", depth + 1)
                                   for i, v in enumerate(value)]}
         if isinstance(value, dict):
@@ -131,17 +153,20 @@ def _as_array(value: Any, where: str) -> Any:
                             f"{type(exc).__name__}: {exc}") from None
 
 
-def decode(tree: Any, blob: Any, shm: Any = None) -> Any:
-    """The value :class:`Encoder` encoded; arrays are fresh, writable and own their memory
-    when they came through shared memory, views of ``blob`` otherwise."""
+def decode(tree: Any, blob: Any, shm: Any = None, copy_shm: bool = False) -> Any:
+    """The value :class:`Encoder` encoded. Arrays are views of ``blob`` (a fresh buffer per
+    frame) or of the shared region; ``copy_shm`` copies the latter out (the harness does:
+    the region is reused by the next request)."""
     if isinstance(tree, list):
-        return [decode(v, blob, shm) for v in tree]
+        if all(type(v) is not list and type(v) is not dict for v in tree):
+            return tree
+        return [decode(v, blob, shm, copy_shm) for v in tree]
     if not isinstance(tree, dict):
         return tree
     if "__dict__" in tree:
-        return {k: decode(v, blob, shm) for k, v in tree["__dict__"].items()}
+        return {k: decode(v, blob, shm, copy_shm) for k, v in tree["__dict__"].items()}
     if "__tuple__" in tree:
-        return tuple(decode(v, blob, shm) for v in tree["__tuple__"])
+        return tuple(decode(tree["__tuple__"], blob, shm, copy_shm))
     if "__f__" in tree:
         return float(tree["__f__"])
     if "__bytes__" in tree:
@@ -167,7 +192,7 @@ def decode(tree: Any, blob: Any, shm: Any = None) -> Any:
         source = shm.view(offset, nbytes) if in_shm else blob
         arr = np.frombuffer(source, dtype=dtype, count=count,
                             offset=0 if in_shm else offset).reshape(shape)
-        return arr
+        return arr.copy() if in_shm and copy_shm else arr
     if "__np__" in tree:
         import numpy as np
 
@@ -226,9 +251,9 @@ def _recv_into(sock: socket.socket, view: memoryview) -> None:
 _FIRST = 1 << 16  # one read takes a whole small frame: a system call per message, not three
 
 
-def recv(sock: socket.socket, shm: Any = None) -> dict[str, Any]:
+def recv(sock: socket.socket, shm: Any = None, copy_shm: bool = False) -> dict[str, Any]:
     """One frame, decoded. ChannelClosed on EOF; BoundaryError on a malformed frame."""
-    return unpack(*recv_raw(sock), shm)
+    return unpack(*recv_raw(sock), shm, copy_shm)
 
 
 def recv_raw(sock: socket.socket) -> tuple[bytes | bytearray, bytearray]:
@@ -267,28 +292,37 @@ def recv_raw(sock: socket.socket) -> tuple[bytes | bytearray, bytearray]:
     return header_buf, blob
 
 
-def unpack(header: bytes | bytearray, blob: bytearray, shm: Any = None) -> dict[str, Any]:
+def unpack(
+    header: bytes | bytearray, blob: bytearray, shm: Any = None, copy_shm: bool = False
+) -> dict[str, Any]:
     try:
         tree = json.loads(header)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BoundaryError(f"frame header is not JSON: {exc}") from None
     if not isinstance(tree, dict):
         raise BoundaryError("frame header is not an object")
-    return {k: decode(v, blob, shm) for k, v in tree.items()}
+    return {k: decode(v, blob, shm, copy_shm) for k, v in tree.items()}
 
 
 class SharedRegion:
     """A memory region both sides map (a memfd the harness creates and passes over the
-    channel). The harness puts large input arrays here before a call; the candidate reads
-    them in place. ``put`` allocates from the start at every message (``reset``)."""
+    channel), in two halves: the harness puts large inputs in the first before a request
+    and the candidate reads them in place; the candidate's side puts large results in the
+    second, and the harness copies them out once the whole answer has arrived (after its
+    clock stopped). Each side writes only its own half (``base``..``limit``) and allocates
+    from its start at every message (``reset``); offsets are absolute."""
 
-    def __init__(self, fd: int, size: int):
+    def __init__(self, fd: int, size: int, half: int = 0, owns: bool = True):
         import mmap
 
         self.fd = fd
         self.size = size
         self.map = mmap.mmap(fd, size)
-        self.used = 0
+        self.base = 0 if half == 0 else size // 2
+        self.limit = size // 2 if half == 0 else size
+        self.used = self.base
+        self.owns = owns
+        self.slots: list[tuple[int, Any]] = []  # (offset, array) put since the last reset
 
     @classmethod
     def create(cls, size: int) -> SharedRegion:
@@ -299,14 +333,28 @@ class SharedRegion:
         return cls(fd, size)
 
     def reset(self) -> None:
-        self.used = 0
+        self.used = self.base
+        self.slots = []
+
+    def changed_slots(self) -> list[int]:
+        """Indices of the arrays put since the last reset whose bytes in the region are no
+        longer what was put (the other side wrote into its inputs)."""
+        import numpy as np
+
+        out = []
+        for i, (offset, arr) in enumerate(self.slots):
+            now = np.frombuffer(self.view(offset, arr.nbytes), dtype=np.uint8)
+            if not np.array_equal(now, arr.reshape(-1).view(np.uint8)):
+                out.append(i)
+        return out
 
     def put(self, arr: Any) -> int | None:
         offset = (self.used + 63) // 64 * 64
-        if offset + arr.nbytes > self.size:
+        if offset + arr.nbytes > self.limit:
             return None
         self.map[offset : offset + arr.nbytes] = memoryview(arr).cast("B")
         self.used = offset + arr.nbytes
+        self.slots.append((offset, arr))
         return offset
 
     def view(self, offset: int, nbytes: int) -> memoryview:
@@ -321,4 +369,5 @@ class SharedRegion:
             self.map.close()
         except BufferError:
             pass  # a view is still alive; the mapping goes with the process
-        os.close(self.fd)
+        if self.owns:
+            os.close(self.fd)

@@ -52,13 +52,14 @@ def serve(entry: str, payload: dict[str, Any], io_dir: Path, channel_fd: int) ->
     sock = socket.socket(fileno=channel_fd)
     sock.setblocking(True)
     channel.send(sock, {"hello": os.getpid()})
-    shm = None
+    shm_in = shm_out = None
     size_msg, fds, _, _ = socket.recv_fds(sock, SHM_SETUP.size, 1)
     if len(size_msg) != SHM_SETUP.size:
         return {"error": "session setup message truncated"}
     (size,) = SHM_SETUP.unpack(size_msg)
-    if size and fds:
-        shm = channel.SharedRegion(fds[0], size)
+    if size and fds:  # inputs arrive in the first half; results leave through the second
+        shm_in = channel.SharedRegion(fds[0], size, half=0)
+        shm_out = channel.SharedRegion(fds[0], size, half=1, owns=False)
     module_name, _, func_name = entry.partition(":")
     try:
         factory = getattr(importlib.import_module(module_name), func_name)
@@ -70,7 +71,7 @@ def serve(entry: str, payload: dict[str, Any], io_dir: Path, channel_fd: int) ->
     served = 0
     while True:
         try:
-            request = channel.recv(sock, shm)
+            request = channel.recv(sock, shm_in)
         except channel.ChannelClosed:
             break
         served += 1
@@ -79,7 +80,7 @@ def serve(entry: str, payload: dict[str, Any], io_dir: Path, channel_fd: int) ->
         except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt, SystemExit too
             answer = _error(exc, str(request.get("op", "")))
         try:
-            channel.send(sock, answer)
+            channel.send(sock, answer, shm_out)
         except channel.BoundaryError as exc:
             channel.send(sock, {"error": str(exc), "where": "result"})
     return {"served": served}
@@ -104,14 +105,38 @@ class FunctionHandler:
 
     Requests: ``{"op": "call", "fn": name, "args": [...], "kwargs": {...}}``,
     ``{"op": "batch", "fn": name, "args_list": [[...], ...]}`` (one round trip for many
-    calls: a policy asked about each of a few candidates) and ``{"op": "get", "name":
-    name}`` (a module constant such as a sample size).
+    calls: a policy asked about each of a few candidates), ``{"op": "get", "name":
+    name}`` (a module constant such as a sample size) and ``{"op": "describe"}`` (the
+    module's public names: functions by name, plain-data constants by value). With
+    ``public`` every public function and constant of the module may be used. A call with
+    ``"echo_args": true`` also returns its arguments as the call left them (did it modify
+    its inputs?).
     """
 
-    def __init__(self, module: Any, functions: list[str], constants: list[str]):
+    def __init__(self, module: Any, functions: list[str], constants: list[str],
+                 public: bool = False):
         self.module = module
         self.functions = set(functions)
         self.constants = set(constants)
+        self.public = public
+        if public:
+            for name, value in vars(module).items():
+                if name.startswith("_") or isinstance(value, type(sys)):
+                    continue
+                (self.functions if callable(value) else self.constants).add(name)
+
+    def describe(self) -> dict[str, Any]:
+        functions = sorted(n for n in self.functions if callable(getattr(self.module, n, None)))
+        constants = {}
+        for name in sorted(self.constants):
+            if hasattr(self.module, name):
+                value = getattr(self.module, name)
+                try:
+                    channel.Encoder().encode(value)
+                except channel.BoundaryError:
+                    continue  # not plain data: it stays on the candidate's side
+                constants[name] = value
+        return {"functions": functions, "constants": constants}
 
     def _fn(self, name: str) -> Any:
         if name not in self.functions:
@@ -124,10 +149,16 @@ class FunctionHandler:
     def handle(self, request: dict[str, Any]) -> Any:
         op = request.get("op")
         if op == "call":
-            return self._fn(request["fn"])(*request.get("args", ()), **request.get("kwargs", {}))
+            args, kwargs = request.get("args", []), request.get("kwargs", {})
+            value = self._fn(request["fn"])(*args, **kwargs)
+            if request.get("echo_args"):  # the arguments as the call left them
+                return {"value": value, "args": args, "kwargs": kwargs}
+            return value
         if op == "batch":
             fn = self._fn(request["fn"])
             return [fn(*args) for args in request["args_list"]]
+        if op == "describe":
+            return self.describe()
         if op == "get":
             name = request["name"]
             if name not in self.constants:
@@ -144,4 +175,4 @@ def functions(payload: dict[str, Any], io_dir: Path) -> FunctionHandler:
     path = Path.cwd() / payload["module"]
     module = load_module(path, payload.get("name", "candidate"))
     return FunctionHandler(module, list(payload.get("functions", ())),
-                           list(payload.get("constants", ())))
+                           list(payload.get("constants", ())), bool(payload.get("public")))

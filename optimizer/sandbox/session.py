@@ -54,6 +54,7 @@ class Reply:
     cpu_s: float | None = None
     timed_out: bool = False
     died: str = ""
+    inputs_changed: tuple[int, ...] = ()  # large inputs the call wrote into (see request)
 
     @property
     def ok(self) -> bool:
@@ -179,7 +180,10 @@ class Session:
     # -- requests ------------------------------------------------------------------------
     def request(self, message: dict[str, Any], *, timeout_s: float,
                 cpu: bool = False) -> Reply:
-        """Send one request and wait for its answer, timing the round trip from here."""
+        """Send one request and wait for its answer, timing the round trip from here.
+        Large arrays of the request travel through the shared region, where the child
+        reads them in place; afterwards (outside the timing) they are compared with what
+        was sent, and ``Reply.inputs_changed`` lists those the call wrote into."""
         if self._closed or self.error:
             raise SessionError(f"session is not running: {self.error or 'closed'}")
         parts = channel.pack(message, self.shm)  # encoding is not timed
@@ -202,15 +206,17 @@ class Session:
         wall = time.perf_counter() - t0
         cpu1 = cpu_seconds(self.pid) if cpu else None
         try:
-            answer = channel.unpack(header, blob)
+            answer = channel.unpack(header, blob, self.shm, copy_shm=True)
         except channel.BoundaryError as exc:
             return Reply(wall_s=wall, error=f"unreadable answer: {exc}", where="result")
         used = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
+        changed = tuple(self.shm.changed_slots()) if self.shm is not None else ()
         if "error" in answer:
             tb = str(answer.get("traceback", ""))
             err = str(answer["error"]) + (f"\n{tb[-2000:]}" if tb else "")
-            return Reply(error=err, where=str(answer.get("where", "")), wall_s=wall, cpu_s=used)
-        return Reply(value=answer.get("ok"), wall_s=wall, cpu_s=used)
+            return Reply(error=err, where=str(answer.get("where", "")), wall_s=wall, cpu_s=used,
+                         inputs_changed=changed)
+        return Reply(value=answer.get("ok"), wall_s=wall, cpu_s=used, inputs_changed=changed)
 
     def cpu_s(self) -> float | None:
         """The child's CPU time so far."""

@@ -30,12 +30,6 @@ def _knob(target: TargetSpec, name: str, value: str) -> dict[str, str]:
 
 
 class TestFunctionKind(EvaluatorContract):
-    @pytest.mark.xfail(strict=True, reason="the target's evaluate.py times the candidate in "
-                       "the candidate's own process")
-    def test_measures_from_outside_the_candidate(self, bench: Any, target: TargetSpec,
-                                                 seed_result: Any) -> None:
-        super().test_measures_from_outside_the_candidate(bench, target, seed_result)
-
     @pytest.fixture(scope="class")
     @classmethod
     def target(cls) -> TargetSpec:

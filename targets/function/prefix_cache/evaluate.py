@@ -1,4 +1,10 @@
-"""Trusted cache simulator for the prefix_cache target (runs in the sandbox)."""
+"""Trusted cache simulator for the prefix_cache target.
+
+It runs on the trusted side; ``program_path`` names a stand-in whose ``eviction_score``
+runs the candidate's in a sandboxed process (evaluators/function/harness.py), asked once per
+eviction about the sampled entries' (now, last_access, hits, depth), by value: the policy
+never sees the workload, the cache or the simulator.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,8 @@ import importlib.util
 import math
 import random
 import uuid
+
+from evaluators.function.harness import batched
 
 CAPACITY = 600  # blocks
 REQUESTS = 2500
@@ -68,7 +76,11 @@ def simulate(mod, chains, capacity: int = CAPACITY, seed: int = 7) -> dict[str, 
                 if entry is None:
                     if len(keys) >= capacity:
                         picks = [keys[rng.randrange(len(keys))] for _ in range(sample)]
-                        victim = max(picks, key=lambda k: float(score(now, *meta[k])))
+                        scores = batched(score, [(now, *meta[k]) for k in picks])
+                        values = [float(v) for v in scores]
+                        assert len(values) == len(picks) and all(map(math.isfinite, values)), (
+                            f"eviction_score gave {scores!r} for {len(picks)} entries")
+                        victim = picks[values.index(max(values))]  # the first highest
                         i = pos.pop(victim)
                         last = keys.pop()
                         if last != victim:

@@ -1,15 +1,24 @@
-"""Trusted checks for the topk_sampling target (runs in the sandbox beside the candidate)."""
+"""Trusted checks for the topk_sampling target.
+
+This module runs on the trusted side; ``program_path`` names a stand-in whose
+``filter_probs`` runs the candidate's in a sandboxed process (see
+evaluators/function/harness.py). Every input is drawn fresh from a seed the candidate
+never sees, every timed call is timed from this side of the channel, and every timed
+output is checked against the float64 reference.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import os
-import time
 import uuid
 
 import numpy as np
 
+from evaluators.function.harness import call_and_inputs, timed
+
 BATCH, VOCAB = 64, 32000
+TIMED_CALLS = 5
 
 
 def _load(program_path: str):
@@ -18,6 +27,10 @@ def _load(program_path: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _rng() -> np.random.Generator:
+    return np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
 
 
 def reference(logits: np.ndarray, top_k: int, top_p: float) -> np.ndarray:
@@ -36,6 +49,18 @@ def reference(logits: np.ndarray, top_k: int, top_p: float) -> np.ndarray:
     return out
 
 
+def check(got, logits: np.ndarray, top_k: int, top_p: float) -> None:
+    """The trusted verdict on one output (AssertionError says what is wrong)."""
+    assert isinstance(got, np.ndarray), f"returned {type(got).__name__}, not ndarray"
+    assert got.shape == logits.shape, f"shape {got.shape} != {logits.shape}"
+    assert got.dtype == np.float32, f"dtype {got.dtype} != float32"
+    assert np.isfinite(got).all(), "non-finite probabilities"
+    want = reference(logits, top_k, top_p)
+    err = np.abs(got.astype(np.float64) - want).max()
+    assert err <= 1e-5, f"max abs error {err:.3g} > 1e-5 (top_k={top_k}, top_p={top_p})"
+    assert np.array_equal(got > 0, want > 0), "kept a different set of tokens"
+
+
 def _cases(rng: np.random.Generator):
     """Fresh inputs from several distributions (never zeros), shapes incl. ragged ones."""
     yield rng.standard_normal((7, 1000)).astype(np.float32) * 3, 50, 0.9
@@ -49,29 +74,31 @@ def _cases(rng: np.random.Generator):
 
 def validate(program_path: str) -> None:
     mod = _load(program_path)
-    rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
+    rng = _rng()
     for logits, top_k, top_p in _cases(rng):
-        before = logits.copy()
-        got = mod.filter_probs(logits, top_k, top_p)
-        assert np.array_equal(before, logits), "filter_probs modified its input"
-        assert isinstance(got, np.ndarray), f"returned {type(got).__name__}, not ndarray"
-        assert got.shape == logits.shape, f"shape {got.shape} != {logits.shape}"
-        assert got.dtype == np.float32, f"dtype {got.dtype} != float32"
-        assert np.isfinite(got).all(), "non-finite probabilities"
-        want = reference(logits, top_k, top_p)
-        err = np.abs(got.astype(np.float64) - want).max()
-        assert err <= 1e-5, f"max abs error {err:.3g} > 1e-5 (top_k={top_k}, top_p={top_p})"
-        assert np.array_equal(got > 0, want > 0), "kept a different set of tokens"
+        got, after = call_and_inputs(mod.filter_probs, logits, top_k, top_p)
+        assert np.array_equal(after[0], logits), "filter_probs modified its input"
+        check(got, logits, top_k, top_p)
+    logits = _benchmark_input(rng)  # the benchmark's size, twice: a sampler may repeat a batch
+    for _ in range(2):
+        check(mod.filter_probs(logits, 50, 0.9), logits, 50, 0.9)
+
+
+def _benchmark_input(rng: np.random.Generator) -> np.ndarray:
+    return (rng.standard_normal((BATCH, VOCAB)) * 2).astype(np.float32)
 
 
 def evaluate(program_path: str) -> dict[str, float]:
+    """Wall time of one call on a 64 x 32000 batch: a warm-up, then TIMED_CALLS calls, each
+    on fresh logits, each output checked."""
     mod = _load(program_path)
-    rng = np.random.default_rng(0)
-    logits = (rng.standard_normal((BATCH, VOCAB)) * 2).astype(np.float32)
-    mod.filter_probs(logits, 50, 0.9)  # warm-up
+    rng = _rng()
+    logits = _benchmark_input(rng)
+    check(mod.filter_probs(logits, 50, 0.9), logits, 50, 0.9)  # warm-up, checked too
     times = []
-    for _ in range(5):
-        start = time.perf_counter()
-        mod.filter_probs(logits, 50, 0.9)
-        times.append(time.perf_counter() - start)
+    for _ in range(TIMED_CALLS):
+        logits = _benchmark_input(rng)
+        got, seconds = timed(mod.filter_probs, logits, 50, 0.9)
+        check(got, logits, 50, 0.9)
+        times.append(seconds)
     return {"time_s": float(np.median(times)), "time_min_s": float(min(times))}
