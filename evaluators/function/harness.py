@@ -69,8 +69,8 @@ class RemoteFunction:
         self.last_cpu_s = reply.cpu_s
         if reply.timed_out:
             raise CandidateTimeout(
-                f"{self.__name__}() gave no answer within the evaluation's time limit "
-                f"({reply.wall_s:.1f} s): its process was killed"
+                f"{self.__name__}() killed after {reply.wall_s:.1f} s: no answer within the "
+                "evaluation's wall-clock limit"
             )
         if reply.died:
             raise CandidateUnavailable(f"{self.__name__}(): {reply.died}")

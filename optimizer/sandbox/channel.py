@@ -72,9 +72,12 @@ class Encoder:
         self.shm = shm  # a SharedRegion the receiver maps too, or None
 
     def encode(self, value: Any, where: str = "value", depth: int = 0) -> Any:
+        t = type(value)
+        if t is str or t is int or t is bool or value is None:  # the common case, first
+            return value
         if depth > MAX_DEPTH:
             raise BoundaryError(f"{where}: nested deeper than {MAX_DEPTH} levels")
-        if value is None or isinstance(value, bool | str):
+        if isinstance(value, bool | str):
             return value
         if isinstance(value, int):
             return int(value)
@@ -211,13 +214,17 @@ def decode(tree: Any, blob: Any, shm: Any = None, copy_shm: bool = False) -> Any
 # -- frames ---------------------------------------------------------------------------------
 
 
+_DUMPS = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
+_LOADS = json.JSONDecoder().decode
+
+
 def pack(message: dict[str, Any], shm: Any = None) -> list[memoryview]:
     """``message`` (its values encoded as above) as the parts of one frame."""
     if shm is not None:
         shm.reset()
     enc = Encoder(shm)
     tree = {k: enc.encode(v, k) for k, v in message.items()}
-    header = json.dumps(tree, allow_nan=False, separators=(",", ":")).encode()
+    header = _DUMPS(tree).encode()
     return [memoryview(FRAME.pack(len(header), enc.size)), memoryview(header), *enc.buffers]
 
 
@@ -296,7 +303,7 @@ def unpack(
     header: bytes | bytearray, blob: bytearray, shm: Any = None, copy_shm: bool = False
 ) -> dict[str, Any]:
     try:
-        tree = json.loads(header)
+        tree = _LOADS(header.decode())
     except (ValueError, UnicodeDecodeError) as exc:
         raise BoundaryError(f"frame header is not JSON: {exc}") from None
     if not isinstance(tree, dict):
