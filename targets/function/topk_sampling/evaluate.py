@@ -57,7 +57,8 @@ def check(got, logits: np.ndarray, top_k: int, top_p: float) -> None:
     assert np.isfinite(got).all(), "non-finite probabilities"
     want = reference(logits, top_k, top_p)
     err = np.abs(got.astype(np.float64) - want).max()
-    assert err <= 1e-5, f"max abs error {err:.3g} > 1e-5 (top_k={top_k}, top_p={top_p})"
+    assert err <= 1e-5, (f"max abs error {err:.3g} > 1e-5 (top_k={top_k}, top_p={top_p}, "
+                         f"{logits.dtype} {logits.shape})")
     assert np.array_equal(got > 0, want > 0), "kept a different set of tokens"
 
 
@@ -72,10 +73,21 @@ def _cases(rng: np.random.Generator):
     yield rng.gumbel(size=(33, 3001)).astype(np.float32), 200, 0.7
 
 
+def _edges(rng: np.random.Generator):
+    """The contract's edges: top_k below 1 counts as 1 and above the vocabulary as all of
+    it (as the reference clamps), a nucleus of one token, float16 logits (the output is
+    float32 whatever the input)."""
+    x = rng.standard_normal((4, 300)).astype(np.float32)
+    for top_k in (0, -5, 300, 1000):
+        yield x, top_k, 0.9
+    yield x, 40, 1e-9
+    yield rng.standard_normal((3, 500)).astype(np.float16), 20, 0.8
+
+
 def validate(program_path: str) -> None:
     mod = _load(program_path)
     rng = _rng()
-    for logits, top_k, top_p in _cases(rng):
+    for logits, top_k, top_p in [*_cases(rng), *_edges(rng)]:
         got, after = call_and_inputs(mod.filter_probs, logits, top_k, top_p)
         assert np.array_equal(after[0], logits), "filter_probs modified its input"
         check(got, logits, top_k, top_p)
