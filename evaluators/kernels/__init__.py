@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["NO_GPU", "KernelConfig", "KernelEvaluator", "load_reference"]
+__all__ = ["NO_GPU", "NO_GPU_UNCHECKED", "KernelConfig", "KernelEvaluator", "load_reference"]
 
 
 def __getattr__(name: str) -> Any:

@@ -46,6 +46,9 @@ from optimizer.records import CandidateState, EvalResult
 _EVAL_KEYS = {"distributions", "allow_tf32", "repetitions", "tolerances", "workloads", "blocks"}
 _WORKLOAD_KEYS = {"name", "device", "args", "init", "param_dtype", "skip"}
 NO_GPU = "no GPU: correctness verified, timing skipped"
+# when every workload needs a GPU, nothing was verified here, and the verdict says so
+NO_GPU_UNCHECKED = ("no GPU: nothing was checked here (every workload of this target needs "
+                    "a GPU), not measured")
 TIMED_SETS = 3  # input sets the timed calls rotate over
 TIMED_CHECKS = 3  # timed calls per block whose outputs are checked, at random
 
@@ -378,7 +381,9 @@ class KernelEvaluator(Evaluator):
     def _timed(self, cand_dir: Path, ctx: EvalContext, baseline: Path | None, blocks: int,
                stage: str) -> tuple[EvalResult | None, dict]:
         if _device_kind(ctx.device) != "cuda":
-            return EvalResult(CandidateState.PRUNED, NO_GPU, stage), {}
+            checked = any(w.device == "cpu" and not w.skip for w in self.config.workloads)
+            return EvalResult(CandidateState.PRUNED, NO_GPU if checked else NO_GPU_UNCHECKED,
+                              stage), {}
         payload = self._timing_payload(ctx, baseline, blocks)
         if not payload["workloads"]:
             return EvalResult(CandidateState.PRUNED, "no cuda workloads in target.toml", stage), {}

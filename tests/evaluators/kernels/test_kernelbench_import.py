@@ -6,7 +6,7 @@ import textwrap
 import pytest
 
 from evaluators._base import EvalContext
-from evaluators.kernels import NO_GPU, KernelEvaluator
+from evaluators.kernels import NO_GPU, NO_GPU_UNCHECKED, KernelEvaluator
 from evaluators.kernels.kernelbench import import_kernelbench
 from optimizer.errors import ConfigError
 from optimizer.sandbox import Sandbox
@@ -103,3 +103,20 @@ def test_a_file_without_the_kernelbench_functions_is_refused(tmp_path):
     bad.write_text("import torch\nclass Model(torch.nn.Module):\n    pass\n")
     with pytest.raises(ConfigError, match="get_inputs"):
         import_kernelbench(bad, tmp_path / "out")
+
+
+def test_a_verdict_without_a_gpu_says_when_nothing_was_checked(tmp_path):
+    """A problem too large for the CPU interpreter gets a GPU workload only: on a machine
+    without a GPU the verdict must not claim a correctness check that did not run, even for
+    a rewrite that is plainly wrong (here it drops the ReLU)."""
+    problem = tmp_path / "big_relu.py"
+    problem.write_text(PROBLEM.replace("dim = 1000", "dim = 100000"))
+    folder = import_kernelbench(problem, tmp_path / "targets", name="big_relu")
+    (folder / "kernel.py").write_text(TRITON_REWRITE.replace("tl.maximum(x, 0.0)", "x"))
+    spec = load_target(folder, tmp_path)
+    io = tmp_path / "io"
+    io.mkdir()
+    ctx = EvalContext(Sandbox(), seed=20261130, scratch=tmp_path, io_dir=io)
+    res = KernelEvaluator(spec).evaluate(folder, ctx)
+    assert res.state.value == "PRUNED" and res.reason == NO_GPU_UNCHECKED, res.reason
+    assert "verified" not in res.reason
