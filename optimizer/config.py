@@ -143,6 +143,7 @@ class StatsConfig:
     confidence: float = 0.95
     confirm_repeats: int = 15  # paired repetitions when confirming a timing winner
     n_boot: int = 2000
+    minimize_trials: int = 12  # evaluations spent reducing a winner to a minimal change
 
 
 @dataclass(frozen=True)

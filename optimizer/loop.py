@@ -205,7 +205,24 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
                 out.note = f"stopped early: {dup_streak} duplicate proposals in a row"
                 break
         if not r.budget.stop.is_set():
-            out.winner = select_winner(r, target, evaluator, sandbox, study, archive)
+
+            def trial(files: dict[str, str], summary: str, parent: str) -> ArchiveEntry | None:
+                """A reduced program, evaluated as a candidate of its own."""
+                proposal = Proposal("minimize", parent, files, summary,
+                                    fixed_knobs=knobs.values_of(files))
+                _candidate(r, target, evaluator, sandbox, study, names, archive, proposal, out)
+                cid = archive.hashes.get(content_hash(files))
+                return archive.get(cid) if cid else None
+
+            # reduction trials are candidates too: they count against the budgets
+            left = [r.config.stats.minimize_trials]
+            if r.config.budget.max_candidates:
+                left.append(r.config.budget.max_candidates - r.budget.candidates)
+            if entry.max_candidates:
+                left.append(entry.max_candidates - out.candidates)
+            out.winner = select_winner(r, target, evaluator, sandbox, study, archive,
+                                       evaluate=trial, deadline=deadline,
+                                       max_trials=max(0, min(left)))
     return _finish_summary(out, archive, earlier)
 
 

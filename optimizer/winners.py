@@ -5,7 +5,9 @@ branches whose message is the evidence."""
 from __future__ import annotations
 
 import logging
+import math
 import shutil
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from evaluators._base import Evaluator
 from optimizer import stats
 from optimizer.archive import Archive
 from optimizer.evaluation import device_for, fresh_context
+from optimizer.minimize import Evaluate, Gate, reduce
 from optimizer.night import Run
 from optimizer.records import ArchiveEntry, CandidateRecord
 from optimizer.sandbox import Sandbox
@@ -41,8 +44,14 @@ def select_winner(
     sandbox: Sandbox,
     study: optuna.Study,
     archive: Archive,
+    evaluate: Evaluate | None = None,
+    deadline: float = math.inf,
+    max_trials: int = 0,
 ) -> dict[str, Any] | None:
-    """The best candidates, confirmed against the seed: significant and held-out."""
+    """The best candidates, confirmed against the seed: significant and held-out. A
+    contender is first reduced to a minimal change (``evaluate`` makes a candidate of a
+    reduced program, at most ``max_trials`` of them, before ``deadline``;
+    :mod:`optimizer.minimize`), and the reduction is what gets confirmed and published."""
     seed = archive.seed
     assert seed is not None
     minimize = target.primary.minimize
@@ -57,16 +66,40 @@ def select_winner(
                 f"not {target.min_gain:.0%} better than the seed ({seed.objectives[0]:.6g})"
             )
             return None
+        # reduce first (single measurements), then confirm once: the minimal program when
+        # it holds, the contender as it was otherwise
+        reduction = None
+        if evaluate is not None and max_trials > 0 and time.monotonic() < deadline:
+            gate = Gate.exact(seed.objectives[0], best.objectives[0], minimize, target.min_gain,
+                              slack=0.01 if target.noise == "deterministic" else 0.5)
+            reduction = reduce(evaluate, seed, best, gate, max_trials=max_trials,
+                               deadline=deadline)
+        if reduction is not None and reduction.changed:
+            evidence = _confirm(r, target, evaluator, sandbox, seed, reduction.entry)
+            if evidence.get("confirmed"):
+                r.say(f"[{target.name}] {best.id} reduced to {reduction.entry.id}: "
+                      + "; ".join(reduction.notes))
+                evidence = {**evidence, "minimised_from": best.id,
+                            "reductions": reduction.notes}
+                return _announce(r, target, _publish(r, target, evaluator, study, archive,
+                                                     reduction.entry, evidence),
+                                 reduction.entry, evidence)
+            r.say(f"[{target.name}] reduction {reduction.entry.id} of {best.id} not "
+                  f"confirmed ({evidence['headline']}); confirming {best.id} as it was")
         evidence = _confirm(r, target, evaluator, sandbox, seed, best)
         if evidence.get("confirmed"):
-            winner = _publish(r, target, evaluator, study, archive, best, evidence)
-            r.say(
-                f"[{target.name}] winner {best.id}: {evidence['headline']} -> "
-                f"{winner['pull_branch']}"
-            )
-            return winner
+            if reduction is not None and not reduction.changed:
+                evidence["minimised"] = f"nothing to remove ({reduction.trials} trial(s))"
+            return _announce(r, target, _publish(r, target, evaluator, study, archive, best,
+                                                 evidence), best, evidence)
         r.say(f"[{target.name}] {best.id} not confirmed: {evidence['headline']}")
     return None
+
+
+def _announce(r: Run, target: TargetSpec, winner: dict[str, Any], best: ArchiveEntry,
+              evidence: dict[str, Any]) -> dict[str, Any]:
+    r.say(f"[{target.name}] winner {best.id}: {evidence['headline']} -> {winner['pull_branch']}")
+    return winner
 
 
 def _confirm(
@@ -206,6 +239,9 @@ def _publish(
         lines += _metric_lines(held["seed"], held["candidate"])
     if best.knobs:
         lines += ["", "## Knobs", *(f"- {k} = {v!r}" for k, v in sorted(best.knobs.items()))]
+    if evidence.get("reductions"):
+        lines += ["", f"## Minimised (from {evidence['minimised_from']}, each step re-measured)",
+                  *(f"- {note}" for note in evidence["reductions"])]
     lines += ["", "## Lineage"]
     for e in _lineage(archive, best):
         lines.append(f"- {e.id} ({e.proposer}): {e.summary[:160] or '-'}")
