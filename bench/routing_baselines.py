@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from evaluators.routing.child import load_policy  # noqa: E402
+from evaluators.routing.baselines import load_policy  # noqa: E402
 from evaluators.routing.fleet import build_fleet  # noqa: E402
 from evaluators.routing.metrics import compute_metrics  # noqa: E402
 from evaluators.routing.sim import simulate  # noqa: E402

@@ -1,96 +1,318 @@
-"""Sandboxed entry: run the candidate through the simulator, log its decisions.
+"""Inside the sandbox: the candidate's policy behind a session, one request per decision.
 
-``simulate(payload, io_dir)`` runs in the candidate's folder. It returns only the
-candidate's decisions and its own decision times: in ``router`` mode the replica chosen
-for every request, in ``scheduler`` mode every answer of its ``schedule``/``chunk_size``/
-``evict`` hooks in call order (the fixed router is trusted code). The trusted side replays
-the decisions through its own simulator and computes every metric, so nothing the
-candidate does to this process's simulator changes the result.
+The trusted simulator runs in the evaluator's process; this module is the session entry
+(``evaluators.routing.child:serve_policy``) of the candidate's process. It imports no
+simulator: per decision it receives plain data (int and float columns, see below),
+rebuilds the records a real router or replica scheduler would see (:class:`~evaluators.routing.api.
+RequestInfo` and :class:`~evaluators.routing.api.View`, or the
+:mod:`~evaluators.routing.sched` records), calls the candidate and returns its answer.
+Nothing else is in this process: no workload, no output lengths, no future requests, no
+settings (the payload names only the policy file and its functions).
 
-payload: ``policy`` (file name), ``settings`` (the evaluator settings), ``workload`` (the
-workload settings to use), ``runs`` (how many fresh runs: 2 for the determinism check),
-``head`` (only the first N requests, optional), ``sizes`` (fleet sizes to run, optional:
-the smallest-fleet search), ``mode`` ("router" or "scheduler").
+Before the candidate is imported, :func:`confine` adds a Landlock layer to the sandbox's
+own: files are readable only in the interpreter, the venv, the project's code packages
+(``optimizer/``, ``evaluators/``), the system directories and this session's private
+folders, and writable only in those private folders and the private tmp directory. So
+``target.toml`` (the held-out workload), the other worktrees and the trace files cannot be
+read, and a session cannot leave files for the next one (the evaluator deletes each
+session's folders when it ends). :func:`deny_processes` then refuses new processes and
+System V / POSIX message-queue IPC (seccomp); threads stay allowed. The candidate is
+imported by the first request (``start``), after the trusted side has checked the filter.
+
+Requests: ``{"op": "start"}`` imports the candidate; ``{"op": fn, "d": message}`` calls
+``fn`` with the arguments rebuilt from the message (evaluators/routing/wire.py; the field
+order is evaluators/routing/remote.py's :func:`route_message` and :class:`RemoteHooks`).
+The answer is the candidate's int; anything else comes back as its repr, a wrong answer
+the trusted side refuses.
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
-import itertools
+import os
+import struct
 import sys
 from pathlib import Path
 from typing import Any
 
-from evaluators.routing.config import (
-    build_fleet_from,
-    build_sim_config,
-    build_workload,
-    router_path,
-)
-from evaluators.routing.sched import Hooks
-from evaluators.routing.sim import DecisionError
-from evaluators.routing.sim import simulate as run_sim
+from evaluators.routing import wire
+from evaluators.routing.api import STATIC, RequestInfo, View
+from evaluators.routing.sched import HOOKS, ReplicaState, Running, Waiting
 
-_loads = itertools.count()
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+CODE_PACKAGES = ("optimizer", "evaluators")  # what the child imports of the project
 
 
-def load_policy(path: Path) -> Any:
-    """Import ``path`` as a fresh module and return its ``route``."""
-    route = getattr(load_module(path), "route", None)
-    if not callable(route):
-        raise AttributeError(f"{path.name} must define route(request, view) -> int")
-    return route
+def serve_policy(payload: dict[str, Any], io_dir: Path) -> PolicyHandler:
+    """Session entry: confine this process, then serve ``payload["functions"]`` of
+    ``payload["module"]``, imported by the first request (``start``) so that the trusted
+    side can check the confinement before any candidate code runs."""
+    for why in (confine(readable=_readable(), writable=[os.getcwd(), str(io_dir), _tmp()]),
+                deny_processes()):
+        if why:
+            print(f"routing child: {why}", file=sys.stderr)
+    return PolicyHandler(Path.cwd() / str(payload["module"]),
+                         [str(f) for f in payload.get("functions", ())])
 
 
-def load_module(path: Path) -> Any:
-    """Import ``path`` as a fresh module (module state never leaks between runs)."""
-    name = f"_routing_policy_{next(_loads)}"
-    spec = importlib.util.spec_from_file_location(name, path)
+def _load(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location("candidate_policy", path)
     if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
+        raise ImportError(f"cannot import {path.name}")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+    sys.modules["candidate_policy"] = module
     spec.loader.exec_module(module)
     return module
 
 
-def _percentiles(xs: list[float]) -> dict[str, float]:
-    if not xs:
-        return {"p50_ms": 0.0, "p99_ms": 0.0, "max_ms": 0.0}
-    s = sorted(xs)
-    return {
-        "p50_ms": s[len(s) // 2] * 1e3,
-        "p99_ms": s[min(len(s) - 1, int(len(s) * 0.99))] * 1e3,
-        "max_ms": s[-1] * 1e3,
-    }
+def _answer(value: Any) -> Any:
+    return value if type(value) is int else repr(value)[:200]
 
 
-def simulate(payload: dict[str, Any], io_dir: Path) -> dict[str, Any]:
-    settings = payload["settings"]
-    workload = build_workload(payload["workload"])
-    if payload.get("head"):
-        workload = workload.head(int(payload["head"]))
-    fleet = build_fleet_from(settings)
-    cfg = build_sim_config(settings)
-    sizes = payload.get("sizes") or [len(fleet)]
-    scheduler = payload.get("mode", "router") == "scheduler"
-    policy = Path.cwd() / payload.get("policy", "policy.py")
-    runs = []
-    for size in sizes:
-        for _ in range(int(payload.get("runs", 1))):
+class PolicyHandler:
+    """Rebuilds the policy's arguments from plain data and calls the candidate."""
+
+    def __init__(self, path: Path, functions: list[str]):
+        self.path = path
+        self.functions = functions
+        self.fns: dict[str, Any] = {}
+        self.view = View()
+        self.regions: dict[int, tuple[str, list[float]]] = {}
+        self.accelerators: dict[int, str] = {}
+
+    def _start(self) -> bool:
+        if self.fns:
+            raise RuntimeError("the policy is already imported")
+        module = _load(self.path)
+        for name in self.functions:
+            fn = getattr(module, name, None)
+            if not callable(fn):
+                wanted = ("route(request, view) -> int" if name == "route"
+                          else ", ".join(HOOKS))
+                raise AttributeError(f"the policy must define {wanted}; {name} is missing")
+            self.fns[name] = fn
+        return True
+
+    def handle(self, request: dict[str, Any]) -> Any:
+        op = request.get("op")
+        if op == "start":
+            return self._start()
+        fn = self.fns.get(str(op))
+        if fn is None:
+            raise LookupError(f"{op!r} is not a function this session serves")
+        ints, floats, tail = wire.unpack(request["d"])
+        if op == "route":
+            return _answer(fn(*self._route_args(ints, floats, tail)))
+        replica = self._replica(ints, floats, tail)
+        if op == "schedule":
+            return _answer(fn([_waiting(ints, floats, i) for i in range((len(ints) - 8) // 5)],
+                              replica))
+        if op == "chunk_size":
+            return _answer(fn(_waiting(ints, floats, 0), replica))
+        return _answer(fn([_running(ints, floats, i) for i in range((len(ints) - 8) // 5)],
+                          replica))
+
+    def _route_args(self, ints: list[int], floats: list[float],
+                    tail: Any) -> tuple[RequestInfo, View]:
+        rid, prompt, session, reg, n = ints[:5]
+        view = self.view
+        if tail is not None:
+            if "static" in tail:
+                for name, value in zip(STATIC, tail["static"], strict=True):
+                    setattr(view, name, value)
+            index, name, rtt = tail["region"]
+            self.regions[index] = (name, rtt)
+        region, view.rtt_s = self.regions[reg]
+        e = 5 + n
+        view.queue, view.queued_tokens = ints[5:e], ints[e:e + n]
+        view.running, view.prefix_blocks = ints[e + n:e + 2 * n], ints[e + 2 * n:e + 3 * n]
+        view.outstanding = [q + r for q, r in zip(view.queue, view.running, strict=True)]
+        arrival = view.now = floats[0]
+        view.kv_used = floats[1:1 + n]
+        return RequestInfo(rid, arrival, prompt, tuple(ints[e + 3 * n:]), session, region), view
+
+    def _replica(self, ints: list[int], floats: list[float], tail: Any) -> ReplicaState:
+        if tail is not None:
+            self.accelerators[tail[0]] = tail[1]
+        st = ReplicaState()
+        (st.index, st.running, st.waiting, st.queued_tokens, st.kv_capacity, st.kv_used,
+         st.token_budget, st.max_seqs) = ints[:8]
+        st.now = floats[0]
+        st.accelerator = self.accelerators[st.index]
+        return st
+
+
+def _waiting(ints: list[int], floats: list[float], i: int) -> Waiting:
+    """The i-th record (fields as evaluators/routing/remote.py sends them)."""
+    w = Waiting()
+    k, f = 8 + 5 * i, 1 + 2 * i
+    w.id, w.prompt_tokens, w.context_tokens, w.cached_tokens, w.preempted = ints[k:k + 5]
+    w.arrival, w.waited_s = floats[f], floats[f + 1]
+    return w
+
+
+def _running(ints: list[int], floats: list[float], i: int) -> Running:
+    r = Running()
+    k = 8 + 5 * i
+    r.id, r.prompt_tokens, r.context_tokens, r.generated, r.preempted = ints[k:k + 5]
+    r.arrival = floats[1 + i]
+    return r
+
+
+# -- Landlock: what the candidate's process may read and write ----------------------------
+_LL_CREATE, _LL_ADD_RULE, _LL_RESTRICT = 444, 445, 446  # the same on every architecture
+_PR_SET_NO_NEW_PRIVS = 38
+_WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 1, 1 << 2, 1 << 3
+_DIR_WRITES = 0x1FF0  # REMOVE_DIR, REMOVE_FILE, MAKE_CHAR/DIR/REG/SOCK/FIFO/BLOCK/SYM (v1)
+_REFER, _TRUNCATE = 1 << 13, 1 << 14  # ABI 2, ABI 3
+_SCOPES = (1 << 0) | (1 << 1)  # ABI 6: abstract unix sockets and signals stay inside
+# device files a program may use; the rest of /dev (/dev/shm: shared by every process of a
+# warm sandbox) is out of reach, so no session can leave state there for the next
+_DEVICES = {"/dev/null": True, "/dev/zero": True, "/dev/full": True,
+            "/dev/urandom": False, "/dev/random": False}  # path -> writable
+
+
+def _tmp() -> str:
+    return os.environ.get("TMPDIR", "/tmp")
+
+
+def _readable() -> list[str]:
+    """The interpreter's library and site-packages folders, the project's code packages, the
+    system directories and this process's own /proc entries. Never the project root or a
+    folder above it (its ``targets/`` hold the held-out settings), even where a prefix is."""
+    import site
+    import sysconfig
+
+    paths = {sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib",
+                                                     "platlib")}
+    paths |= set(site.getsitepackages()) | {os.path.dirname(os.path.realpath(sys.executable))}
+    paths = {os.path.realpath(p) for p in paths if p}
+    root = str(PROJECT_ROOT)
+    paths = {p for p in paths if not (root + os.sep).startswith(p.rstrip(os.sep) + os.sep)}
+    paths |= {str(PROJECT_ROOT / p) for p in CODE_PACKAGES}
+    paths |= {"/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/sys",
+              "/proc/self", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat"}
+    return sorted(paths)
+
+
+def confine(readable: list[str], writable: list[str]) -> str:
+    """Reads only beneath ``readable`` and ``writable``, writes only beneath ``writable``
+    (and to the harmless devices), for this process and its descendants; a layer on top of
+    whatever the sandbox applied. Returns "" when applied, else why not."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    abi = int(libc.syscall(_LL_CREATE, None, 0, 1))  # LANDLOCK_CREATE_RULESET_VERSION
+    if abi < 1:
+        return f"Landlock unavailable (errno {ctypes.get_errno()})"
+    file_rights = _READ_FILE | _WRITE_FILE | (_TRUNCATE if abi >= 3 else 0)
+    handled = file_rights | _READ_DIR | _DIR_WRITES | (_REFER if abi >= 2 else 0)
+    attr = (struct.pack("=QQQ", handled, 0, _SCOPES) if abi >= 6
+            else struct.pack("=Q", handled))
+    ruleset = int(libc.syscall(_LL_CREATE, attr, len(attr), 0))
+    if ruleset < 0:
+        return f"landlock_create_ruleset failed (errno {ctypes.get_errno()})"
+    rules = [(p, _READ_FILE | _READ_DIR) for p in readable]
+    rules += [(p, handled) for p in writable]
+    rules += [(p, file_rights if w else _READ_FILE) for p, w in _DEVICES.items()]
+    try:
+        for path, rights in rules:
             try:
-                if scheduler:
-                    hooks = Hooks.from_module(load_module(policy), record=True, timed=True)
-                    route = load_policy(router_path(settings))
-                    run_sim(workload, fleet.first(int(size)), route, cfg, hooks=hooks)
-                    assert hooks.log is not None and hooks.times is not None
-                    runs.append({"size": int(size), "hooks": hooks.log,
-                                 "timing": _percentiles(hooks.times)})
-                    continue
-                res = run_sim(workload, fleet.first(int(size)), load_policy(policy), cfg,
-                              time_policy=True)
-            except DecisionError as exc:  # an invalid decision: a wrong answer, not a crash
-                return {"invalid": str(exc)}
-            runs.append({"size": int(size), "decisions": res.decisions,
-                         "timing": _percentiles(res.decision_s)})
-    return {"runs": runs}
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                if not os.path.isdir(path):
+                    rights &= file_rights
+                rule = struct.pack("=Qi", rights, fd)  # landlock_path_beneath_attr, packed
+                if libc.syscall(_LL_ADD_RULE, ruleset, 1, rule, 0) < 0:
+                    return f"landlock_add_rule({path}) failed (errno {ctypes.get_errno()})"
+            finally:
+                os.close(fd)
+        libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        if libc.syscall(_LL_RESTRICT, ruleset, 0) < 0:
+            return f"landlock_restrict_self failed (errno {ctypes.get_errno()})"
+    finally:
+        os.close(ruleset)
+    return ""
+
+
+# -- seccomp: no processes but threads, no System V or POSIX message-queue IPC -----------
+# The trusted side subtracts the run-queue wait of this process's main thread from each
+# decision's time (docs/routing.md, "Decision time"); that is sound only while no other
+# task of the candidate can keep the main thread waiting. Threads stay allowed (numpy's
+# OpenBLAS creates them; with clone denied it hung at its first matrix product) and the
+# trusted side sees their CPU time in /proc; processes, which it cannot see, are refused:
+# fork, vfork and clone without CLONE_THREAD get EPERM, clone3 ENOSYS (glibc then falls
+# back to clone), and syscalls of another ABI (i386, x32) EPERM. System V IPC and POSIX
+# message queues are refused too: warm sessions share one IPC namespace, so a run could
+# leave its choices there for the next one (files are closed by Landlock above).
+_IPC = ("shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semctl", "semtimedop",
+        "msgget", "msgsnd", "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend",
+        "mq_timedreceive", "mq_notify", "mq_getsetattr")
+_ARCH = {"x86_64": (0xC000003E, {"clone": 56, "fork": 57, "vfork": 58, "clone3": 435,
+                                 **dict(zip(_IPC[:4], (29, 30, 31, 67), strict=True)),
+                                 **dict(zip(_IPC[4:8], (64, 65, 66, 220), strict=True)),
+                                 **dict(zip(_IPC[8:12], (68, 69, 70, 71), strict=True)),
+                                 **dict(zip(_IPC[12:], range(240, 246), strict=True))}),
+         "aarch64": (0xC00000B7, {"clone": 220, "clone3": 435,
+                                  **dict(zip(_IPC[:4], (194, 196, 195, 197), strict=True)),
+                                  **dict(zip(_IPC[4:8], (190, 193, 191, 192), strict=True)),
+                                  **dict(zip(_IPC[8:12], (186, 189, 188, 187), strict=True)),
+                                  **dict(zip(_IPC[12:], range(180, 186), strict=True))})}
+_LD, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
+_ALLOW, _ERRNO = 0x7FFF0000, 0x00050000
+_EPERM, _ENOSYS, _CLONE_THREAD = 1, 38, 0x00010000
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+
+
+def _filter(arch: int, nrs: dict[str, int], x32: bool) -> list[Any]:
+    """The BPF program: instructions (code, jump if true, jump if false, k), where a jump
+    names a label ("" = the next instruction), and the labels themselves (strings)."""
+    prog: list[Any] = [(_LD, "", "", 4), (_JEQ, "", "deny", arch), (_LD, "", "", 0)]
+    if x32:
+        prog.append((_JGE, "deny", "", 0x40000000))
+    prog.append((_JEQ, "nosys", "", nrs["clone3"]))
+    prog += [(_JEQ, "deny", "", nrs[n]) for n in ("fork", "vfork", *_IPC) if n in nrs]
+    prog += [(_JEQ, "clone", "allow", nrs["clone"]),
+             "clone", (_LD, "", "", 16),  # args[0], the flags (low 32 bits)
+             (_JSET, "allow", "deny", _CLONE_THREAD),
+             "allow", (_RET, "", "", _ALLOW), "deny", (_RET, "", "", _ERRNO | _EPERM),
+             "nosys", (_RET, "", "", _ERRNO | _ENOSYS)]
+    return prog
+
+
+def _assemble(prog: list[Any]) -> bytes:
+    labels: dict[str, int] = {}
+    code: list[tuple[int, str, str, int]] = []
+    for item in prog:
+        if isinstance(item, str):
+            labels[item] = len(code)
+        else:
+            code.append(item)
+    out = []
+    for i, (op, jt, jf, k) in enumerate(code):
+        t = labels[jt] - i - 1 if jt else 0
+        f = labels[jf] - i - 1 if jf else 0
+        out.append(struct.pack("=HBBI", op, t, f, k))
+    return b"".join(out)
+
+
+def deny_processes() -> str:
+    """Install the filter above on this process (inherited by its threads); "" when done."""
+    import platform
+
+    machine = platform.machine()
+    if machine not in _ARCH:
+        return f"no seccomp filter for {machine}: processes are not refused"
+    arch, nrs = _ARCH[machine]
+    code = _assemble(_filter(arch, nrs, machine == "x86_64"))
+    program = ctypes.create_string_buffer(code)
+    fprog = ctypes.create_string_buffer(struct.pack("=HxxxxxxQ", len(code) // 8,
+                                                    ctypes.addressof(program)))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER,
+                  ctypes.c_void_p(ctypes.addressof(fprog)), 0, 0) != 0:
+        return f"seccomp filter refused (errno {ctypes.get_errno()}): processes are not refused"
+    return ""

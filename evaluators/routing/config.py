@@ -7,12 +7,15 @@
              #      start_s = 0, end_s = 600, rate_scale = 1.0 }
              # optional in both: regions = { us = 0.7, eu = 0.3 }
     held_out = { seed = 8 }                  # overrides merged over `workload`
-    check_requests = 200                     # head of the workload for the invariant checks
+    check_requests = 200                     # accepted and ignored: every run is checked
+                                             # whole now (older target files still load)
     pools  = [{ accelerator = "H200", count = 8 }]
     rtt_ms = { "us-eu" = 80 }
     sim    = { token_budget = 2048, max_seqs = 256 }
     slo    = { ttft_s = 2.0, tpot_s = 0.1 }
-    max_decision_ms = 1.0                    # bound on the policy's p99 decision time
+    max_decision_ms = 1.0                    # bound on the p99 decision time (timed
+                                             # outside the policy's process) and on its
+                                             # CPU time per decision over a run
     fleet_search = { metric = "ttft_p99_s", max = 2.0 }   # for the min_replicas objective
     mode   = "router"                        # or "scheduler": policy.py defines the
                                              # schedule/chunk_size/evict hooks
@@ -22,7 +25,8 @@
                                              # scheduler mode: .../baselines/scheduler
 
 Trace paths are relative to the project root; a missing trace is an error that says so.
-Both sides (trusted and sandboxed child) build the same workload from the same settings.
+Only the trusted side reads these settings and builds workloads: the candidate's process is
+told none of them (evaluators/routing/child.py).
 """
 
 from __future__ import annotations

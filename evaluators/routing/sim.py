@@ -41,6 +41,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from evaluators.routing.api import RequestInfo, View
 from evaluators.routing.fleet import Fleet
 from evaluators.routing.hardware import ModelShape, step_model
 from evaluators.routing.sched import (
@@ -58,6 +59,8 @@ INF = math.inf
 
 __all__ = ["DecisionError", "RequestInfo", "SimConfig", "SimResult", "View", "replay",
            "simulate"]
+
+
 @dataclass(frozen=True)
 class SimConfig:
     token_budget: int = 2048  # tokens per step (vLLM's max_num_batched_tokens for online serving)
@@ -66,49 +69,6 @@ class SimConfig:
     prefix_cache: bool = True
     max_queue: int | None = None  # waiting requests per replica before new ones are dropped
     kv_bytes_per_token: float = ModelShape().kv_bytes_per_token  # for KV hand-offs
-
-
-class RequestInfo:
-    """What the router knows of a request (its output length is unknown to it)."""
-
-    __slots__ = ("id", "arrival", "prompt_tokens", "blocks", "session", "region")
-
-    def __init__(self, id: int, arrival: float, prompt_tokens: int, blocks: tuple[int, ...],
-                 session: int, region: str):
-        self.id, self.arrival, self.prompt_tokens = id, arrival, prompt_tokens
-        self.blocks, self.session, self.region = blocks, session, region
-
-
-class View:
-    """Every replica's state at ``now``; lists are indexed by replica.
-
-    queue: waiting requests; queued_tokens: prefill tokens still to compute for them;
-    running: decoding sequences; kv_used: fraction of KV cache in use; prefix_blocks:
-    leading blocks of *this* request already in the replica's prefix cache (as a router fed
-    by KV-cache events knows it); block_tokens: tokens per block; outstanding: queue +
-    running; speed: prefill throughput relative to an H200; accelerator, pool, region,
-    price (USD/h), rtt_s (round trip from this request's region), kv_capacity (tokens).
-    """
-
-    __slots__ = ("now", "n", "queue", "queued_tokens", "running", "kv_used", "prefix_blocks",
-                 "block_tokens", "outstanding", "speed", "accelerator", "pool", "region",
-                 "price", "rtt_s", "kv_capacity")
-    now: float
-    n: int
-    queue: list[int]
-    queued_tokens: list[int]
-    running: list[int]
-    kv_used: list[float]
-    prefix_blocks: list[int]
-    block_tokens: int
-    outstanding: list[int]
-    speed: list[float]
-    accelerator: list[str]
-    pool: list[str]
-    region: list[str]
-    price: list[float]
-    rtt_s: list[float]
-    kv_capacity: list[int]
 
 
 class _Replica:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,6 @@ SEED = (ROOT / "targets/routing/global/policy.py").read_text()
 SETTINGS = {
     "workload": {"kind": "synthetic", "seed": 3, "duration_s": 40, "sessions_per_s": 4.0},
     "held_out": {"seed": 4},
-    "check_requests": 60,
     "pools": [{"accelerator": "H100", "count": 2}, {"accelerator": "L40S", "count": 2}],
     "max_decision_ms": 5.0,
 }
@@ -99,7 +99,7 @@ def test_smallest_fleet_and_goodput_objectives(tmp_path, sandbox):
 def test_every_measurement_reports_the_best_baseline_of_its_workload(tmp_path, sandbox,
                                                                      monkeypatch):
     import evaluators.routing.evaluator as evaluator_module
-    from evaluators.routing.child import load_policy
+    from evaluators.routing.baselines import load_policy
     from evaluators.routing.config import build_fleet_from, build_workload, held_out_settings
     from evaluators.routing.metrics import compute_metrics
     from evaluators.routing.sim import simulate
@@ -134,3 +134,206 @@ def test_every_measurement_reports_the_best_baseline_of_its_workload(tmp_path, s
 def test_baselines_can_be_switched_off(tmp_path, sandbox):
     _, res, _, _ = run(tmp_path, sandbox, SEED, spec(tmp_path, baselines=""))
     assert res.ok and "vs_best_baseline" not in res.metrics
+
+
+# -- the boundary: the policy runs in a sandboxed session, the simulator here ------------
+def seed_with(code: str, before_route: str = "") -> str:
+    """The seed policy with ``code`` at the top of its block and ``before_route`` as the
+    first lines of route() (indented by the caller)."""
+    source = SEED.replace("# EVOLVE-BLOCK-START\n", "# EVOLVE-BLOCK-START\n" + code + "\n", 1)
+    return source.replace("    prompt = request.prompt_tokens\n",
+                          before_route + "    prompt = request.prompt_tokens\n", 1)
+
+
+SNOOP = '''
+import gc as _gc, sys as _sys
+
+_FOUND = []
+_SIM = {"Workload", "SimResult", "_Replica", "SimConfig", "Fleet", "RoutingEvaluator",
+        "Slo", "BaselineReport"}
+_SECRET = {"workload", "settings", "held_out", "output", "reps", "gen", "token", "finish"}
+
+
+def _snoop(request, view):
+    for obj in _gc.get_objects():
+        if type(obj).__name__ in _SIM:
+            _FOUND.append(type(obj).__name__)
+        elif isinstance(obj, dict) and any(isinstance(obj.get(k), dict)
+                                           for k in ("held_out", "workload", "settings")):
+            _FOUND.append(sorted(obj)[:5])  # settings (a class's methods do not count)
+    frame = _sys._getframe(1)
+    while frame is not None:
+        names = set(frame.f_locals)
+        _FOUND.extend(sorted(names & _SECRET))
+        payload = frame.f_locals.get("payload")
+        if isinstance(payload, dict) and set(payload) - {"module", "functions"}:
+            _FOUND.append(sorted(payload))
+        frame = frame.f_back
+    _FOUND.extend(m for m in _sys.modules if m.startswith("evaluators.routing.")
+                  and m.rsplit(".", 1)[1] in ("sim", "workload", "config", "evaluator", "fleet"))
+    _FOUND.extend(n for n in ("output", "output_tokens") if hasattr(request, n))
+    if _FOUND:
+        raise RuntimeError(f"found {_FOUND[:10]}")
+'''
+
+
+def test_the_policy_process_holds_nothing_of_the_simulation(tmp_path, sandbox):
+    # gc and frames in the candidate's process: no workload, no simulator, no settings
+    # (two slow decisions of 207 keep the p99 under the bound)
+    _, res, _, _ = run(tmp_path, sandbox, seed_with(
+        SNOOP, "    if request.id in (0, 150):\n        _snoop(request, view)\n"))
+    honest = run(tmp_path, sandbox, SEED)[1]
+    assert res.state is CandidateState.VALID, res.reason
+    assert res.metrics["ttft_p99_s"] == honest.metrics["ttft_p99_s"]
+
+
+READ_SETTINGS = '''
+from pathlib import Path as _Path
+import evaluators as _ev
+
+_READ = []
+for _p in (_Path(_ev.__file__).resolve().parents[1] / "targets/routing/global/target.toml",
+           _Path.cwd() / "target.toml", _Path(__file__).resolve().parent / "target.toml",
+           _Path(__file__).resolve().parents[1] / "cand" / "target.toml"):
+    try:
+        _READ.append((str(_p), len(_p.read_text())))
+    except OSError:
+        pass
+if _READ:
+    raise RuntimeError(f"read {_READ}")
+'''
+
+
+def test_the_held_out_workload_cannot_be_read(tmp_path, sandbox):
+    # the candidate's folder holds target.toml (as a worktree does): the session's folder
+    # holds only the editable files, and reads elsewhere are refused (Landlock)
+    from optimizer.sandbox.child import landlock_abi
+
+    if landlock_abi() < 1:
+        pytest.skip("no Landlock here: reads are confined by the sandbox's mounts only")
+    (tmp_path / "cand").mkdir(exist_ok=True)
+    _, res, _, _ = run(tmp_path, sandbox, READ_SETTINGS + SEED)
+    assert res.state is CandidateState.VALID, res.reason
+
+
+STOP_CLOCKS = '''
+import time as _t
+_cpu = _t.thread_time  # work measured in CPU time: the same under any load
+for _n in ("perf_counter", "monotonic", "time", "process_time", "thread_time"):
+    setattr(_t, _n, lambda: 0.0)
+for _n in ("perf_counter_ns", "monotonic_ns", "time_ns", "process_time_ns"):
+    setattr(_t, _n, lambda: 0)
+
+
+def _think(seconds):
+    end = _cpu() + seconds
+    while _cpu() < end:
+        pass
+'''
+
+
+def test_a_stopped_clock_in_the_candidate_changes_nothing(tmp_path, sandbox):
+    honest = run(tmp_path, sandbox, SEED)[1]
+    frozen = run(tmp_path, sandbox, seed_with(STOP_CLOCKS))[1]
+    assert frozen.state is CandidateState.VALID, frozen.reason
+    assert frozen.metrics["ttft_p99_s"] == honest.metrics["ttft_p99_s"]
+    # 8 ms of work per decision against a 5 ms bound, the candidate's clocks stopped: the
+    # run stops once so many decisions were slow that the p99 must exceed the bound
+    _, slow, _, _ = run(tmp_path, sandbox, seed_with(STOP_CLOCKS, "    _think(0.008)\n"))
+    assert slow.state is CandidateState.INVALID and "decision time" in slow.reason
+    assert slow.stage == "correctness" and "(of 3 so far" in slow.reason  # 207 requests
+
+
+def test_work_handed_to_a_thread_is_timed_too(tmp_path, sandbox):
+    _, res, _, _ = run(tmp_path, sandbox, seed_with(
+        STOP_CLOCKS + "import threading as _th\n",
+        "    _w = _th.Thread(target=_think, args=(0.008,))\n    _w.start()\n    _w.join()\n"))
+    assert res.state is CandidateState.INVALID and "decision time" in res.reason
+
+
+def test_processes_are_refused_in_the_policy_process(tmp_path, sandbox):
+    import platform
+
+    if platform.machine() not in ("x86_64", "aarch64"):
+        pytest.skip("no seccomp filter for this architecture")
+    code = '''
+import os as _os, threading as _th
+_th.Thread(target=lambda: None).start()  # threads run
+try:
+    _pid = _os.fork()
+except PermissionError:
+    _pid = None
+if _pid == 0:
+    _os._exit(0)
+if _pid is not None:
+    raise RuntimeError("fork was allowed")
+'''
+    _, res, _, _ = run(tmp_path, sandbox, seed_with(code))
+    assert res.state is CandidateState.VALID, res.reason
+
+
+MEMO = '''
+import json as _json, os as _os, random as _random
+_PLACES = [_os.path.join(_os.getcwd(), "memo.json"), "/tmp/memo.json", "/dev/shm/memo.json",
+           _os.path.join(_os.environ.get("TMPDIR", "/tmp"), "memo.json"),
+           _os.path.join(_os.getcwd(), "..", "..", "memo.json")]
+_MEMO = {}
+for _p in _PLACES:
+    try:
+        with open(_p) as _fh:
+            _MEMO = _json.load(_fh)
+        break
+    except (OSError, ValueError):
+        pass
+
+
+def _remember(rid, choice):
+    _MEMO[str(rid)] = choice
+    for _p in _PLACES:
+        try:
+            with open(_p, "w") as _fh:
+                _json.dump(_MEMO, _fh)
+        except OSError:
+            pass
+    return choice
+'''
+
+
+def test_state_left_by_one_run_is_gone_in_the_next(tmp_path, sandbox):
+    # fake determinism through the file system: the first run's random choices, written
+    # wherever the process can write, replayed by the second run if it can read them (a
+    # loose decision bound: the writes are slow, and the verdict must be about determinism)
+    _, res, _, _ = run(tmp_path, sandbox, seed_with(MEMO, (
+        "    if str(request.id) in _MEMO:\n        return _MEMO[str(request.id)]\n"
+        "    return _remember(request.id, _random.SystemRandom().randrange(view.n))\n")),
+        spec(tmp_path, max_decision_ms=200.0))
+    assert res.state is CandidateState.INVALID and "deterministic" in res.reason
+
+
+def test_nondeterminism_late_in_the_workload_is_caught(tmp_path, sandbox):
+    source = seed_with("import random as _random\n", (
+        "    if request.id >= 150:\n"
+        "        return _random.SystemRandom().randrange(view.n)\n"))
+    _, res, _, _ = run(tmp_path, sandbox, source)
+    assert res.state is CandidateState.INVALID and res.stage == "performance"
+    first = int(res.reason.split("first at request ")[1].split()[0])
+    assert first >= 150 and "deterministic" in res.reason
+
+
+def test_a_policy_that_hangs_on_request_500_is_timeout(tmp_path, sandbox):
+    target = spec(tmp_path, workload={"kind": "synthetic", "seed": 3, "duration_s": 100,
+                                      "sessions_per_s": 6.0}, baselines="")
+    assert len(get("routing")(target)._workload("train")) > 500
+    source = seed_with("import time as _time\n",
+                       "    if request.id == 500:\n        _time.sleep(3600)\n")
+    start = time.perf_counter()
+    _, res, _, _ = run(tmp_path, sandbox, source, target)
+    assert res.state is CandidateState.TIMEOUT, res.reason
+    assert "request 500" in res.reason and time.perf_counter() - start < 30
+
+
+def test_a_policy_that_raises_is_failed_with_the_request_named(tmp_path, sandbox):
+    source = seed_with("", "    if request.id == 123:\n        raise ValueError('no replica')\n")
+    _, res, _, _ = run(tmp_path, sandbox, source)
+    assert res.state is CandidateState.FAILED
+    assert "request 123" in res.reason and "ValueError: no replica" in res.reason

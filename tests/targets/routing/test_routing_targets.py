@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluators.routing.child import load_policy
+from evaluators.routing.baselines import load_policy
 from evaluators.routing.config import build_fleet_from, build_workload
 from evaluators.routing.metrics import compute_metrics
 from evaluators.routing.sim import simulate
