@@ -4,9 +4,14 @@ greedy losslessness checked, speedups measured. Needs only torch (and this repos
     python bench/speculative_h200.py --out bench/results/speculative-h200.json
     python bench/speculative_h200.py --smoke --out /tmp/smoke.json      # CPU, seconds
 
-Timings are eager PyTorch at batch 1 (every forward is launch-bound on the GPU, for plain
-and speculative decoding alike); CUDA-graph replay would shrink both the target and the
-draft step and is not measured here.
+``--harness remote`` (the default) times the drafts as the nightly does: target-only and
+speculative decoding in this process, the draft in a sandboxed process (one per pass of
+prompts on a GPU, one per prompt on the CPU: see docs/speculative.md), one round trip per
+decoding step, its features copied to the host; ``--harness inproc`` runs the draft in
+this process, as the bench did before 2026-12-01 (the figures in the results file of that
+date). Timings are eager PyTorch at batch 1 (every forward is launch-bound on the GPU, for
+plain and speculative decoding alike); CUDA-graph replay would shrink both the target and
+the draft step and is not measured here.
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ import importlib.util
 import json
 import math
 import platform
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -122,6 +129,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--drafts", default="ngram,table,medusa,independent,eagle")
+    ap.add_argument("--harness", choices=["remote", "inproc"], default="remote")
     args = ap.parse_args()
     cfg = SMOKE if args.smoke else GPU
     dev = torch.device("cuda" if torch.cuda.is_available() and not args.smoke else "cpu")
@@ -131,6 +139,7 @@ def main() -> None:
                     "python": platform.python_version(), "config": cfg,
                     "command": "python bench/speculative_h200.py " + " ".join(sys.argv[1:]),
                     "timing": "eager PyTorch, batch 1, fp32 decode, wall clock with sync",
+                    "harness": args.harness,
                     "training": "float32 with TF32 matmuls (target and drafts)"}
 
     def save() -> None:
@@ -179,6 +188,21 @@ def main() -> None:
     print("cache check", result["cache_check"], flush=True)
     result["plain"] = {"tokens": n_tok, "seconds": plain_s, "tokens_per_s": n_tok / plain_s}
     result["drafts"] = {}
+    remote = RemoteHarness(model, dev) if args.harness == "remote" else None
+    try:
+        run_drafts(args, cfg, model, dev, distill, prompts, refs, plain_s, n_tok, result, save,
+                   remote)
+    finally:
+        if remote is not None:
+            remote.close()
+    result["total_s"] = time.perf_counter() - t0
+    assert all(math.isfinite(d["speedup"]) for d in result["drafts"].values())
+    save()
+
+
+def run_drafts(args, cfg, model, dev, distill, prompts, refs, plain_s, n_tok, result, save,
+               remote) -> None:
+    n_new = cfg["n_new"]
     for name in args.drafts.split(","):
         mod = load_draft(name)
         torch.manual_seed(0)
@@ -201,41 +225,15 @@ def main() -> None:
             rec["final_loss"] = curve[-1]["loss"]
             rec["curve"] = curve
         draft.eval()
-        sweep = {}
         with torch.no_grad():
-            for k in cfg["ks"]:
-                total = SpecStats(k)
-
-                def run(k=k, total=total, draft=draft):
-                    outs = []
-                    for p in prompts:
-                        out, st = speculative_decode(model, draft, p, n_new, k)
-                        outs.append(out)
-                        total.add(st)
-                    return outs
-
-                outs, secs = timed(run, dev)
-                bad = [i for i, (o, r) in enumerate(zip(outs, refs, strict=True)) if o != r]
-                ties = []
-                for i in bad:
-                    div = first_divergence(model, prompts[i], outs[i], refs[i], 1e-3)
-                    if div is not None:
-                        raise SystemExit(f"{name} k={k}: prompt {i} diverged at {div}")
-                    ties.append(i)
-                alpha = total.acceptance_rate
-                cost = (total.draft_s / max(1, total.drafted)) / (plain_s / n_tok)
-                sweep[k] = {"seconds": secs, "speedup": plain_s / secs,
-                            "mean_accepted_len": total.mean_accepted_len, "acceptance": alpha,
-                            "acceptance_per_position": total.acceptance_per_position(),
-                            "cost_ratio": cost, "expected_speedup": expected_speedup(
-                                alpha, k, cost), "tie_prompts": ties, "lossless": True}
-            best = max(sweep, key=lambda k: sweep[k]["speedup"])
-            reps = []
-            for _ in range(3):  # re-measure the chosen k interleaved with plain decoding
-                _, ps = timed(lambda: [plain_decode(model, p, n_new) for p in prompts], dev)
-                _, ss = timed(lambda d=draft, b=best: [speculative_decode(model, d, p, n_new, b)
-                                                       for p in prompts], dev)
-                reps.append(ps / ss)
+            if args.harness == "remote":
+                assert remote is not None
+                sweep, reps = remote.measure(name, model, draft, prompts, refs, n_new,
+                                             cfg["ks"], plain_s / n_tok)
+            else:
+                sweep, reps = measure_inproc(name, model, draft, prompts, refs, n_new,
+                                             cfg["ks"], plain_s, dev)
+        best = max(sweep, key=lambda k: sweep[k]["speedup"])
         rec.update({"best_k": best, "speedup": statistics.median(reps), "speedup_repeats": reps,
                     "sweep": sweep, "params": sum(p.numel() for p in draft.parameters()
                                                   if p.requires_grad)})
@@ -243,9 +241,124 @@ def main() -> None:
         print(name, "best k", best, "speedup", rec["speedup"], "accepted",
               sweep[best]["mean_accepted_len"], flush=True)
         save()
-    result["total_s"] = time.perf_counter() - t0
-    assert all(math.isfinite(d["speedup"]) for d in result["drafts"].values())
-    save()
+
+
+def _sweep_entry(total: SpecStats, secs: float, plain_s: float, k: int, step_s: float,
+                 ties: list[int]) -> dict[str, Any]:
+    alpha = total.acceptance_rate
+    cost = (total.draft_s / max(1, total.drafted)) / step_s
+    return {"seconds": secs, "speedup": plain_s / secs,
+            "mean_accepted_len": total.mean_accepted_len, "acceptance": alpha,
+            "acceptance_per_position": total.acceptance_per_position(),
+            "cost_ratio": cost, "expected_speedup": expected_speedup(alpha, k, cost),
+            "tie_prompts": ties, "lossless": True}
+
+
+def _lossless(name, model, prompts, refs, outs, k) -> list[int]:
+    ties = []
+    for i, (o, r) in enumerate(zip(outs, refs, strict=True)):
+        if o != r:
+            div = first_divergence(model, prompts[i], o, r, 1e-3)
+            if div is not None:
+                raise SystemExit(f"{name} k={k}: prompt {i} diverged at {div}")
+            ties.append(i)
+    return ties
+
+
+def measure_inproc(name, model, draft, prompts, refs, n_new, ks, plain_s, dev):
+    """The draft in this process (the bench before 2026-12-01)."""
+    n_tok = len(prompts) * n_new
+    sweep = {}
+    for k in ks:
+        total = SpecStats(k)
+
+        def run(k=k, total=total):
+            outs = []
+            for p in prompts:
+                out, st = speculative_decode(model, draft, p, n_new, k)
+                outs.append(out)
+                total.add(st)
+            return outs
+
+        outs, secs = timed(run, dev)
+        ties = _lossless(name, model, prompts, refs, outs, k)
+        sweep[k] = _sweep_entry(total, secs, plain_s, k, plain_s / n_tok, ties)
+    best = max(sweep, key=lambda k: sweep[k]["speedup"])
+    reps = []
+    for _ in range(3):  # re-measure the chosen k interleaved with plain decoding
+        _, ps = timed(lambda: [plain_decode(model, p, n_new) for p in prompts], dev)
+        _, ss = timed(lambda b=best: [speculative_decode(model, draft, p, n_new, b)
+                                      for p in prompts], dev)
+        reps.append(ps / ss)
+    return sweep, reps
+
+
+class RemoteHarness:
+    """The nightly's measurement: the draft in a sandboxed session, reached once per step,
+    target-only and speculative decoding timed here (:mod:`evaluators.speculative.harness`)."""
+
+    def __init__(self, model, dev):
+        from evaluators.speculative.evaluator import SpeculativeEvaluator
+        from evaluators.speculative.model import TargetHead
+        from optimizer.sandbox import Sandbox, SandboxSettings
+
+        self.root = Path(tempfile.mkdtemp(prefix="spec-h200-"))
+        self.io = self.root / "io"
+        self.io.mkdir()
+        self.dev = dev
+        gpu = dev.type == "cuda"
+        self.sandbox = Sandbox(SandboxSettings(
+            rw_root=self.root, timeout_s=600, preload=SpeculativeEvaluator.preload,
+            allow_gpu=gpu, memory_mb=0 if gpu else 16384))
+        from safetensors.torch import save_file
+
+        state = model.state_dict()
+        self.view = self.io / "head.safetensors"
+        save_file({k: state[k].detach().cpu().contiguous() for k in TargetHead.KEYS},
+                  str(self.view))
+        self.session_start_s: list[float] = []
+
+    def close(self) -> None:
+        self.sandbox.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def measure(self, name, model, draft, prompts, refs, n_new, ks, step_s):
+        from safetensors.torch import save_file
+
+        from evaluators.speculative.harness import DraftSessions, fresh_dir, timed_pass
+        from evaluators.speculative.serve_draft import own_state
+
+        folder = self.root / name
+        shutil.copytree(ROOT / "targets" / "speculative" / name, folder, dirs_exist_ok=True)
+        own = own_state(draft, model)
+        weights = ""
+        if own:
+            weights = str(self.io / f"{name}.safetensors")
+            save_file(own, weights)
+        payload = {"config": model.cfg.to_json(), "view_path": str(self.view),
+                   "weights": weights, "train_seed": 0, "threads": 1, "device": self.dev.type}
+        counter = iter(range(1 << 30))
+
+        def open_session(left):
+            scratch = fresh_dir(self.io / "sessions", str(next(counter)))
+            return self.sandbox.open_session(
+                "evaluators.speculative.serve_draft:draft_server", payload, workdir=folder,
+                io_dir=self.io, timeout_s=left, writable=[scratch])
+
+        sessions = DraftSessions(open_session, vocab=model.cfg.vocab,
+                                 n_layers=model.cfg.n_layers, deadline=time.perf_counter() + 1800)
+        per_prompt = self.dev.type != "cuda"
+        sweep = {}
+        for k in ks:
+            (p,) = timed_pass(model, prompts, n_new, [(sessions, k)], per_prompt)
+            ties = _lossless(name, model, prompts, refs, p.outputs, k)
+            assert p.stats is not None
+            sweep[k] = _sweep_entry(p.stats, sum(p.spec_s), sum(p.plain_s), k, step_s, ties)
+        best = max(sweep, key=lambda k: sweep[k]["speedup"])
+        reps = [timed_pass(model, prompts, n_new, [(sessions, best)], per_prompt)[0].speedup
+                for _ in range(3)]
+        sweep[best]["session_start_s"] = statistics.median(sessions.start_s)
+        return sweep, reps
 
 
 if __name__ == "__main__":

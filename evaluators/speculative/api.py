@@ -26,6 +26,12 @@ token at every position), ``batch["feats"]`` ``[B, T, F]`` (target hidden states
 position, or None). A draft without parameters sets ``trainable = False``; it is given the
 data only if it defines ``fit`` (the prompt-lookup n-gram drafter needs none).
 Tensors a draft keeps as buffers are saved with its weights.
+
+The evaluator builds a draft more than once: in a training session (``fit``, ``loss``),
+whose parameters and buffers it saves, and then afresh in a new process for every timed
+prompt, with the saved tensors loaded (``load_state_dict``) and the ``TargetView`` holding
+the target's embedding and head only. Anything else a draft derives (lookup tables, say)
+must be rebuilt from its buffers, in a ``load_state_dict`` post hook (the table draft does).
 """
 
 from __future__ import annotations

@@ -27,9 +27,9 @@ def first_divergence(model, prompt: torch.Tensor, got: list[int], ref: list[int]
     j = next((i for i, (a, b) in enumerate(zip(got, ref, strict=True)) if a != b), None)
     if j is None:
         return None
-    seq = torch.cat([prompt, torch.tensor(got, dtype=torch.int64)])[None]
+    seq = torch.cat([prompt, torch.tensor(got, dtype=torch.int64, device=prompt.device)])[None]
     logits, _ = model(seq)
-    rows = logits[0, len(prompt) - 1 : len(prompt) - 1 + len(got)].double()
+    rows = logits[0, len(prompt) - 1 : len(prompt) - 1 + len(got)].double().cpu()
     for i in range(j, len(got)):
         best = int(rows[i].argmax())
         gap = float(rows[i, best] - rows[i, got[i]])
@@ -51,7 +51,7 @@ def cache_divergence(model, prompt: torch.Tensor, out: list[int],
     """
     seq = torch.cat([prompt, torch.tensor(out, dtype=torch.int64, device=prompt.device)])
     logits, _ = model(seq[None])
-    rows = logits[0, len(prompt) - 1 : len(prompt) - 1 + len(out)].double()
+    rows = logits[0, len(prompt) - 1 : len(prompt) - 1 + len(out)].double().cpu()
     best = rows.argmax(-1)
     gaps = rows.gather(1, best[:, None])[:, 0] - rows[torch.arange(len(out)), torch.tensor(out)]
     bad = (gaps > tie_tol).nonzero()
@@ -66,14 +66,14 @@ def target_marginals(model, prompt: torch.Tensor, temperature: float,
                      chunk: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact distributions of the first and second sampled tokens after ``prompt``."""
     logits, _ = model(prompt[None])
-    p1 = torch.softmax(logits[0, -1].double() / temperature, -1)
+    p1 = torch.softmax(logits[0, -1].double().cpu() / temperature, -1)
     vocab = p1.shape[0]
     p2 = torch.zeros(vocab, dtype=torch.float64)
     for lo in range(0, vocab, chunk):
         xs = torch.arange(lo, min(vocab, lo + chunk))
-        seqs = torch.cat([prompt.expand(len(xs), -1), xs[:, None]], 1)
+        seqs = torch.cat([prompt.expand(len(xs), -1), xs[:, None].to(prompt.device)], 1)
         lg, _ = model(seqs)
-        p2 += p1[xs] @ torch.softmax(lg[:, -1].double() / temperature, -1)
+        p2 += p1[xs] @ torch.softmax(lg[:, -1].double().cpu() / temperature, -1)
     return p1, p2
 
 

@@ -87,6 +87,39 @@ def plain_decode(model, prompt: torch.Tensor, n_new: int, *, temperature: float 
         logits, _ = model(torch.tensor([[out[-1]]], device=prompt.device), cache)
 
 
+class _Pick:
+    """The loop's ``pick`` for one draft step: chooses a token from the draft's logits (argmax
+    when greedy, a sample from the trusted generator when sampling) and records what it
+    chose and, when sampling, the draft distribution ``q``. ``take(tok)`` records a token
+    chosen by argmax elsewhere (greedy only: a remote draft picks in its own process, and a
+    greedy output depends on the drafted tokens alone, never on their logits)."""
+
+    def __init__(self, kk: int, temperature: float, generator: torch.Generator | None):
+        self.kk, self.temperature, self.generator = kk, temperature, generator
+        self.chosen: list[int] = []
+        self.qs: list[torch.Tensor] = []
+
+    def _room(self) -> None:
+        if len(self.chosen) >= self.kk:
+            raise DraftContractError(f"draft called pick more than k={self.kk} times")
+
+    def __call__(self, draft_logits: torch.Tensor) -> int:
+        self._room()
+        tok = _choose(draft_logits.detach(), self.temperature, self.generator)
+        if self.temperature > 0:
+            self.qs.append(torch.softmax(draft_logits.detach().double().cpu() / self.temperature,
+                                         -1))
+        self.chosen.append(tok)
+        return tok
+
+    def take(self, tok: int) -> int:
+        if self.temperature > 0:
+            raise DraftContractError("take() records greedy choices only; sampling needs logits")
+        self._room()
+        self.chosen.append(int(tok))
+        return int(tok)
+
+
 @torch.no_grad()
 def speculative_decode(model, draft: Draft, prompt: torch.Tensor, n_new: int, k: int, *,
                        temperature: float = 0.0, generator: torch.Generator | None = None,
@@ -94,6 +127,7 @@ def speculative_decode(model, draft: Draft, prompt: torch.Tensor, n_new: int, k:
     """Generate ``n_new`` tokens with ``draft`` proposing up to ``k`` per target step."""
     stats = SpecStats(k)
     start = time.perf_counter()
+    vocab = int(model.cfg.vocab)
     layers = tuple(draft.feature_layers)
     cache = model.new_cache(1, len(prompt) + n_new + k + 2)
     logits, feats = model(prompt[None], cache, layers)
@@ -103,18 +137,8 @@ def speculative_decode(model, draft: Draft, prompt: torch.Tensor, n_new: int, k:
                 feats[0] if feats is not None else None)
     while len(out) < n_new:
         kk = min(k, n_new - len(out))
-        chosen: list[int] = []
-        qs: list[torch.Tensor] = []
-
-        def pick(draft_logits: torch.Tensor, chosen=chosen, qs=qs, kk=kk) -> int:
-            if len(chosen) >= kk:
-                raise DraftContractError(f"draft called pick more than k={kk} times")
-            tok = _choose(draft_logits.detach(), temperature, generator)
-            if temperature > 0:
-                qs.append(torch.softmax(draft_logits.detach().double().cpu() / temperature, -1))
-            chosen.append(tok)
-            return tok
-
+        pick = _Pick(kk, temperature, generator)
+        chosen, qs = pick.chosen, pick.qs
         t0 = time.perf_counter()
         drafted = [int(t) for t in draft.propose(kk, pick)]
         t1 = time.perf_counter()
@@ -123,6 +147,9 @@ def speculative_decode(model, draft: Draft, prompt: torch.Tensor, n_new: int, k:
                 f"draft returned {drafted[:8]} but pick chose {chosen[:8]} (k={kk}); every "
                 "drafted token must be the value pick returned, in order"
             )
+        if any(not 0 <= t < vocab for t in drafted):
+            raise DraftContractError(f"draft proposed a token outside the vocabulary of {vocab}: "
+                                     f"{[t for t in drafted if not 0 <= t < vocab][:4]}")
         n_draft = len(drafted)
         inp = torch.tensor([[out[-1], *drafted]], device=prompt.device)
         logits, feats = model(inp, cache, layers)

@@ -7,8 +7,9 @@ states of the layers the draft reads.
 
 Generating the sequences is the expensive part (4.4 s of an 18 s candidate on 2 CPU cores,
 2026-11-29) and does not depend on the draft, so the trusted side generates them once per
-target and settings (:func:`shared_data`) and every candidate's child only recomputes the
-features its draft reads (:func:`load_data`, one teacher-forced pass, a fraction of a second).
+target and settings (:func:`shared_data`) and every candidate's training session only
+recomputes the features its draft reads (:func:`load_data`, one teacher-forced pass, a
+fraction of a second).
 """
 
 from __future__ import annotations
@@ -86,8 +87,9 @@ def load_data(path: Path, model, feature_layers: tuple[int, ...]) -> dict:
     from safetensors.torch import load_file
 
     data = load_file(str(path))
-    return {"tokens": data["tokens"], "labels": data["labels"],
-            "feats": target_features(model, data["tokens"], feature_layers)}
+    tokens = data["tokens"].to(model.embed.weight.device)
+    return {"tokens": tokens, "labels": data["labels"].to(tokens.device),
+            "feats": target_features(model, tokens, feature_layers)}
 
 
 def train_draft(draft: Draft, data: dict, *, lr: float, batch: int, max_s: float,

@@ -141,3 +141,21 @@ class TinyLM(nn.Module):
             cache.length = start + t
         out = torch.cat([feats[i % n] for i in feature_layers], -1) if feature_layers else None
         return self.head(x), out
+
+
+class TargetHead(nn.Module):
+    """The parts of a :class:`TinyLM` a draft may share (:class:`~evaluators.speculative.api.
+    TargetView`): its token embedding and LM head (final norm + tied embedding), without the
+    blocks. A draft's own process gets this, not the target: it cannot run the target, so it
+    cannot decode ahead of the trusted side or learn what the target will say."""
+
+    KEYS = ("embed.weight", "norm.weight", "norm.bias")
+
+    def __init__(self, cfg: LMConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab, cfg.d_model)
+        self.norm = nn.LayerNorm(cfg.d_model)
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.norm(hidden), self.embed.weight)

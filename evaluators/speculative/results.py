@@ -1,0 +1,103 @@
+"""What a speculative evaluation reports: failures as states, the training session's record
+(believed only as far as it is plain and sane), and the metrics of a measurement."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from evaluators.speculative.checks import expected_speedup
+from evaluators.speculative.decoding import SpecStats
+from evaluators.speculative.harness import BusyDraftError, Pass
+from evaluators.speculative.remote import RemoteFailure
+from optimizer.records import CandidateState, EvalResult
+
+
+def session_failure(reason: str, timed_out: bool, stage: str, limit: float) -> EvalResult:
+    if timed_out:
+        return EvalResult(CandidateState.TIMEOUT, f"killed after the {limit:.1f} s wall-clock "
+                          f"limit ({reason or 'no answer'})", stage)
+    return EvalResult(CandidateState.FAILED, (reason or "the draft's process failed")[-4000:],
+                      stage)
+
+
+def decode_failure(exc: Exception, stage: str, limit: float) -> EvalResult:
+    if isinstance(exc, RemoteFailure):
+        return session_failure(str(exc), exc.timed_out, stage, limit)
+    if isinstance(exc, BusyDraftError):
+        return EvalResult(CandidateState.REJECTED, str(exc), stage)
+    return EvalResult(CandidateState.FAILED, f"{type(exc).__name__}: {exc}", stage)
+
+
+def training_record(value: Any, weights_path: Path) -> dict[str, Any]:
+    """The training session's answer, believed only as far as it is plain and sane."""
+    if not isinstance(value, dict):
+        raise TypeError("not a dict")
+    curve = []
+    for point in value.get("curve") or []:
+        step, secs, loss = int(point["step"]), float(point["seconds"]), float(point["loss"])
+        if not (math.isfinite(secs) and math.isfinite(loss)):
+            raise ValueError(f"non-finite training curve point {point!r:.80}")
+        curve.append({"step": step, "seconds": secs, "loss": loss})
+    weights = str(value.get("weights") or "")
+    if weights:
+        # only the file this session was told to write, a plain file (not a link)
+        if Path(weights) != weights_path or weights_path.is_symlink() or \
+                not weights_path.is_file():
+            raise ValueError(f"weights at {weights!r:.120}, expected {weights_path}")
+    return {"curve": curve, "weights": weights,
+            "fit_s": float(value.get("fit_s") or 0.0), "data_s": float(value.get("data_s") or 0)}
+
+
+def summarize(resp: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
+    """Metrics, objective, samples and artifacts of a measurement (:meth:`_measure`)."""
+    sweep: dict[int, Pass] = resp["sweep"]
+    repeats: list[Pass] = resp["repeats"]
+    best = int(resp["best_k"])
+    n_tokens = len(repeats[0].refs) * s["n_new"]
+    speedups = [p.speedup for p in repeats]
+    metrics: dict[str, float] = {"speedup": statistics.median(speedups), "best_k": best}
+    for k, p in sweep.items():
+        assert p.stats is not None
+        metrics[f"mean_accepted_len_k{k}"] = p.stats.mean_accepted_len
+        metrics[f"speedup_sweep_k{k}"] = p.speedup
+    st = SpecStats(best)
+    for p in repeats:
+        assert p.stats is not None
+        st.add(p.stats)
+    plain = [sum(p.plain_s) for p in repeats]
+    spec = [sum(p.spec_s) for p in repeats]
+    step_s = sum(plain) / (n_tokens * len(repeats))
+    alpha = st.acceptance_rate
+    cost = (st.draft_s / st.drafted) / step_s if st.drafted else 0.0
+    rec = resp["train"]
+    starts = resp["start_s"] or [0.0]
+    metrics.update({
+        "mean_accepted_len": st.mean_accepted_len,
+        "acceptance_rate": alpha,
+        "cost_ratio": cost,
+        "expected_speedup": expected_speedup(alpha, best, cost),
+        "tokens_per_s_plain": n_tokens / statistics.median(plain),
+        "tokens_per_s_spec": n_tokens / statistics.median(spec),
+        "train_s": rec["train_s"],
+        "train_steps": rec["curve"][-1]["step"] if rec["curve"] else 0,
+        "final_train_loss": rec["curve"][-1]["loss"] if rec["curve"] else 0.0,
+        # what a fresh draft process per timed prompt costs (untimed): start until ready
+        # (fork, target head, build, weights, warm-up) and the sandbox's clean-up after it
+        "session_start_s": statistics.median(starts),
+        "session_close_s": statistics.median(resp["close_s"] or [0.0]),
+        "sessions": float(len(resp["start_s"])),
+        "decode_phase_s": resp["decode_s"],
+    })
+    for i, rate in enumerate(st.acceptance_per_position()):
+        metrics[f"accept_pos{i + 1}"] = rate
+    artifacts = {
+        "training_curve.json": json.dumps(rec["curve"]),
+        "draft.json": json.dumps({"weights": rec["weights"], "format": "safetensors",
+                                  "best_k": best}),
+    }
+    return {"metrics": metrics, "objectives": (metrics["speedup"],),
+            "samples": {"speedup": tuple(speedups)}, "artifacts": artifacts}
