@@ -179,7 +179,14 @@ def code_roots(cls: type) -> tuple[Path, ...]:
     return () if root == PROJECT_ROOT else (root,)
 
 
-def make_sandbox(config: ExperimentConfig, target: TargetSpec, evaluator: Evaluator) -> Sandbox:
+def make_sandbox(
+    config: ExperimentConfig,
+    target: TargetSpec,
+    evaluator: Evaluator,
+    hidden: tuple[Path, ...] = (),
+) -> Sandbox:
+    """The sandbox of ``target``'s kind; ``hidden`` names trusted folders besides the
+    state dir that candidates must not see (a cache outside it)."""
     device = device_for(evaluator)
     gpu = device == "cuda"
     wanted: dict[str, Any] = {
@@ -194,6 +201,7 @@ def make_sandbox(config: ExperimentConfig, target: TargetSpec, evaluator: Evalua
         "extra_ro": (target.path,),  # the trusted target folder (evaluate.py, reference)
         "extra_env": evaluator.sandbox_env(device),
         "python_path": code_roots(type(evaluator)),
+        "hidden": tuple(hidden),
         "allow_gpu": gpu,
     }
     fields = {f.name for f in dataclasses.fields(SandboxSettings)}

@@ -63,10 +63,14 @@ class Workbench:
             state_dir=self.root,
             sandbox=sandbox or SandboxConfig(),
         )
-        self.cache_dir = cache_dir or self.root / "cache"
+        self.cache_dir = (cache_dir or self.root / "cache").resolve()
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.timeout_s = timeout_s or self.config.sandbox.timeout_s or target.timeout_s
         self.evaluator: Evaluator = evaluators.get(target.kind)(target)
-        self.sandbox: Sandbox = make_sandbox(self.config, target, self.evaluator)
+        # the cache holds what candidates must not read (a trained target, its held-out
+        # tokens, reference outputs): hidden like the state dir, wherever it lies
+        self.sandbox: Sandbox = make_sandbox(self.config, target, self.evaluator,
+                                             hidden=(self.cache_dir,))
         self.last_log = ""
         self._n = 0
 

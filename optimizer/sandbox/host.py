@@ -70,6 +70,7 @@ class SandboxSettings:
     # -- isolation (bubblewrap) --------------------------------------------------------
     workspace: Path | None = None  # the repository root: read-only inside
     state_dir: Path | None = None  # hidden inside (tmpfs over it)
+    hidden: tuple[Path, ...] = ()  # more trusted folders hidden inside (a shared cache)
     rw_root: Path | None = None  # writable inside; holds every candidate worktree/io dir
     preload: tuple[str, ...] = ()  # modules the warm zygote imports, e.g. ("torch", "triton")
     allow_gpu: bool = False  # bind /dev/nvidia* (and /sys read-only) when true
@@ -184,7 +185,7 @@ class Sandbox:
         return bwrap_argv(
             ro=default_ro(s.workspace, (*s.extra_ro, *s.python_path), PROJECT_ROOT),
             rw=rw,
-            hidden=[s.state_dir] if s.state_dir else [],
+            hidden=[*([s.state_dir] if s.state_dir else []), *s.hidden],
             env=env,
             chdir=chdir,
             tmp_mb=s.tmp_mb,

@@ -76,6 +76,41 @@ def _reap() -> None:
             return
 
 
+def forget_shared_state() -> None:
+    """Remove what a call could leave for the next one outside its own tmp directory: files
+    in /dev/shm (POSIX shared memory, semaphores) and System V shared memory, semaphores
+    and message queues. Inside bwrap these belong to this sandbox's namespaces alone
+    (tmpfs /dev/shm, a private IPC namespace), so nothing of the engine's is touched; a
+    candidate could otherwise leave a memo for the next session or candidate."""
+    try:
+        for name in os.listdir("/dev/shm"):
+            path = os.path.join("/dev/shm", name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+    except OSError:
+        pass
+    libc = ctypes.CDLL(None, use_errno=True)
+    # (/proc/sysvipc table, its control function); IPC_RMID = 0
+    for table, ctl in (("shm", libc.shmctl), ("sem", libc.semctl), ("msg", libc.msgctl)):
+        try:
+            with open(f"/proc/sysvipc/{table}") as fh:
+                rows = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 1 and fields[1].isdigit():
+                if table == "sem":
+                    ctl(int(fields[1]), 0, 0)
+                else:
+                    ctl(int(fields[1]), 0, None)
+
+
 def sweep(pidns: bool, budget_s: float = 5.0) -> bool:
     """Kill everything a call left behind; False when processes remain after ``budget_s``.
 
@@ -164,6 +199,8 @@ def serve_call(sock: socket.socket, req: dict[str, Any], fds: list[int], n: int,
     clean = sweep(pidns)
     swept = time.monotonic() - start - wall
     shutil.rmtree(tmp, ignore_errors=True)
+    if pidns:  # inside bwrap: /dev/shm and System V IPC are this sandbox's own
+        forget_shared_state()
     return {
         "returncode": os.waitstatus_to_exitcode(status),
         "timed_out": timed_out,

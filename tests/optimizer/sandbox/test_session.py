@@ -181,3 +181,59 @@ def test_two_sessions_run_at_once_in_separate_processes(tmp_path: Path) -> None:
         finally:
             a.close()
             b.close()
+
+
+MEMO = '''
+import ctypes, os
+
+def leave():
+    with open("/dev/shm/memo", "w") as fh:
+        fh.write("the answer")
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.shmget(0x5EED, 4096, 0o1666)  # IPC_CREAT | 0666
+
+def find():
+    libc = ctypes.CDLL(None, use_errno=True)
+    return {"file": os.path.exists("/dev/shm/memo"), "shm": libc.shmget(0x5EED, 4096, 0o666)}
+'''
+
+
+@pytest.mark.skipif(bool(__import__("optimizer.sandbox.bwrap", fromlist=["probe"]).probe()),
+                    reason="needs bubblewrap (namespaces)")
+def test_nothing_left_in_shared_memory_reaches_the_next_process(tmp_path: Path) -> None:
+    root = tmp_path / "worktrees"
+    (root / "c").mkdir(parents=True)
+    (root / "c" / "memo.py").write_text(MEMO)
+    with Sandbox(SandboxSettings(rw_root=root, timeout_s=60)) as sb:
+        def ask(fn: str):
+            with sb.open_session("optimizer.sandbox.serve:functions",
+                                 {"module": "memo.py", "functions": [fn]},
+                                 workdir=root / "c", io_dir=root / "io") as s:
+                r = s.request({"op": "call", "fn": fn}, timeout_s=10)
+                assert r.ok, r.reason
+                return r.value
+
+        assert ask("leave") >= 0  # a segment was made
+        assert ask("find") == {"file": False, "shm": -1}
+
+
+def test_a_workbench_hides_its_cache_from_candidates(tmp_path: Path) -> None:
+    from optimizer.targets import load_target
+    from optimizer.workbench import Workbench
+
+    root = Path(__file__).resolve().parents[3]
+    cache = tmp_path / "ws" / ".optimizer" / "cache"
+    cache.mkdir(parents=True)
+    (cache / "secret.txt").write_text("held-out tokens")
+    target = load_target(root / "targets/function/topk_sampling", root)
+    program = (target.path / "program.py").read_text().replace(
+        "def filter_probs(logits, top_k, top_p):",
+        "def filter_probs(logits, top_k, top_p):\n"
+        f"    assert not __import__('os').path.exists({str(cache / 'secret.txt')!r}), 'seen'")
+    with Workbench(target, workspace=tmp_path / "ws", cache_dir=cache) as bench:
+        res = bench.evaluate({"program.py": program})
+    from optimizer.sandbox.bwrap import probe
+
+    if probe():
+        pytest.skip("without bubblewrap the cache cannot be hidden")
+    assert res.ok, res.reason
