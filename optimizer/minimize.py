@@ -35,19 +35,19 @@ class Gate:
     """Whether a reduced program still holds the winner's gain over the seed.
 
     ``floor`` is the worst objective value that still counts: the target's ``min_gain`` at
-    least, and within ``slack`` (a share of the winner's gain) of the winner's value. A
-    deterministic target keeps all but 1% of the gain; a timed one, measured once per
-    trial, keeps half (the reduced program is confirmed like any winner afterwards).
+    least, and the winner's gain less half of ``min_gain``. So every change left in a pull
+    branch, reverted alone, costs at least half the target's ``min_gain`` (or breaks the
+    program). A timed target's trials are single measurements; the reduced program is
+    confirmed like any winner afterwards, and the contender as it was when it is not.
     """
 
     minimize: bool
     floor: float
 
     @classmethod
-    def exact(cls, seed_value: float, win_value: float, minimize: bool, min_gain: float,
-              slack: float = 0.01) -> Gate:
+    def of(cls, seed_value: float, win_value: float, minimize: bool, min_gain: float) -> Gate:
         gain = stats.relative_gain(seed_value, win_value, minimize=minimize)
-        keep = max(min_gain, gain * (1 - slack)) if math.isfinite(gain) else min_gain
+        keep = max(min_gain, gain - min_gain / 2) if math.isfinite(gain) else min_gain
         floor = seed_value / (1 + keep) if minimize else seed_value * (1 + keep)
         return cls(minimize, floor)
 

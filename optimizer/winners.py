@@ -70,8 +70,7 @@ def select_winner(
         # it holds, the contender as it was otherwise
         reduction = None
         if evaluate is not None and max_trials > 0 and time.monotonic() < deadline:
-            gate = Gate.exact(seed.objectives[0], best.objectives[0], minimize, target.min_gain,
-                              slack=0.01 if target.noise == "deterministic" else 0.5)
+            gate = Gate.of(seed.objectives[0], best.objectives[0], minimize, target.min_gain)
             reduction = reduce(evaluate, seed, best, gate, max_trials=max_trials,
                                deadline=deadline)
         if reduction is not None and reduction.changed:

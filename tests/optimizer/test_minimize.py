@@ -49,7 +49,7 @@ def test_hunks_and_knobs_that_do_not_earn_the_gain_are_removed() -> None:
         tried.append(summary)
         return _entry(f"c{100 + len(tried)}", files)
 
-    gate = Gate.exact(seed.objectives[0], best.objectives[0], minimize=True, min_gain=0.05)
+    gate = Gate.of(seed.objectives[0], best.objectives[0], minimize=True, min_gain=0.05)
     red = reduce(evaluate, seed, best, gate, max_trials=20, deadline=float("inf"))
     text = red.files["program.py"]
     assert "return x * 1" in text  # the change that earns the gain stays
@@ -69,7 +69,7 @@ def test_a_knob_is_rounded_when_its_value_matters() -> None:
             return ArchiveEntry("cX", None, files, {}, CandidateState.VALID, objectives=(15.0,))
         return e
 
-    gate = Gate.exact(seed.objectives[0], best.objectives[0], minimize=True, min_gain=0.05)
+    gate = Gate.of(seed.objectives[0], best.objectives[0], minimize=True, min_gain=0.05)
     red = reduce(evaluate, seed, best, gate, max_trials=20, deadline=float("inf"))
     assert "WEIGHT = 7.0" in red.files["program.py"] or "WEIGHT = 7.2" in red.files[
         "program.py"], red.files["program.py"]
@@ -84,8 +84,7 @@ def test_a_reduction_that_breaks_the_program_is_refused_and_the_budget_holds() -
         calls.append(summary)
         return ArchiveEntry("cX", None, files, {}, CandidateState.INVALID, "wrong")
 
-    gate = Gate.exact(seed.objectives[0], best.objectives[0], minimize=True, min_gain=0.05,
-                      slack=0.5)
+    gate = Gate.of(seed.objectives[0], best.objectives[0], minimize=True, min_gain=0.05)
     red = reduce(evaluate, seed, best, gate, max_trials=3, deadline=float("inf"))
     assert red.files == best.files and not red.changed and len(calls) == 3
 
