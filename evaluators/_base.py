@@ -19,6 +19,9 @@ Two optional hooks serve winner selection:
   length). The default alternates ``performance`` calls.
 - ``held_out(cand, ctx)``: the same measurement on a workload the search never saw
   (deterministic targets must win there too). Default: None (no held-out workload).
+- ``final_check(cand, ctx)``: a deeper check before a pull branch is published (the
+  function kind fuzzes the target's declared input domain with a large budget). Default:
+  None.
 
 A kind owns everything the engine must know about it, so that no kind name appears in the
 engine (class attributes and methods with defaults):
@@ -239,6 +242,11 @@ class Evaluator(ABC):
 
     def held_out(self, cand_dir: Path, ctx: EvalContext) -> EvalResult | None:
         """Measure on a workload the search never saw; None when the kind has none."""
+        return None
+
+    def final_check(self, cand_dir: Path, ctx: EvalContext) -> EvalResult | None:
+        """The deeper check a program passes before it becomes a pull branch (e.g. its
+        input domain fuzzed with a large budget); None when the kind has none."""
         return None
 
     # -- driver (not meant to be overridden) -----------------------------------------

@@ -114,66 +114,85 @@ def _confirm(
     ctx = fresh_context(
         r.config, target, "confirm", sandbox, timeout_s=timeout_s, device=device_for(evaluator)
     )
-    metric, minimize = target.primary.metric, target.primary.minimize
     try:
-        if evaluator.confirmation() == "paired":
-            res = evaluator.compare(cand_dir, seed_dir, ctx, r.config.stats.confirm_repeats)
-            if not res.ok:
-                return {"confirmed": False, "headline": f"comparison failed: {res.reason[:200]}"}
-            ci = stats.paired_bootstrap_speedup(
-                res.samples["baseline"],
-                res.samples["candidate"],
-                minimize=minimize,
-                confidence=r.config.stats.confidence,
-                n_boot=r.config.stats.n_boot,
-                seed=r.config.seed,
-            )
-            ok = ci.significant(target.min_gain)
-            head = (
-                f"speedup {ci.speedup:.3f}x, {ci.confidence:.0%} CI [{ci.low:.3f}, "
-                f"{ci.high:.3f}] over {ci.n} interleaved pairs (needs > {1 + target.min_gain:.2f})"
-            )
-            return {
-                "confirmed": ok,
-                "headline": head,
-                "speedup": ci.speedup,
-                "low": ci.low,
-                "high": ci.high,
-                "pairs": ci.n,
-                "kind": "paired bootstrap",
-            }
-        gain = stats.relative_gain(seed.objectives[0], best.objectives[0], minimize=minimize)
-        head = f"{metric} {seed.objectives[0]:.6g} -> {best.objectives[0]:.6g} ({gain:+.1%}, exact)"
-        held_c = evaluator.held_out(cand_dir, ctx)
-        held_s = evaluator.held_out(seed_dir, ctx) if held_c is not None else None
-        if held_c is None or held_s is None:
-            return {
-                "confirmed": True,
-                "headline": head + "; no held-out workload for this kind",
-                "speedup": 1 + gain,
-                "kind": "exact",
-            }
-        if not (held_c.ok and held_s.ok):
-            bad = held_c if not held_c.ok else held_s
-            return {
-                "confirmed": False,
-                "headline": f"held-out evaluation failed: {bad.reason[:200]}",
-            }
-        hc, hs = held_c.metrics[metric], held_s.metrics[metric]
-        ok = stats.exact_improvement(hs, hc, minimize=minimize, min_gain=target.min_gain)
-        hgain = stats.relative_gain(hs, hc, minimize=minimize)
-        head += f"; held-out {hs:.6g} -> {hc:.6g} ({hgain:+.1%})"
-        return {
-            "confirmed": ok,
-            "headline": head,
-            "speedup": 1 + gain,
-            "held_out_gain": hgain,
-            "kind": "exact + held-out",
-            "held_out_metrics": {"seed": dict(held_s.metrics), "candidate": dict(held_c.metrics)},
-        }
+        final = evaluator.final_check(cand_dir, ctx)
+        if final is not None and not final.ok:
+            return {"confirmed": False, "headline": f"final check: {final.reason[:300]}"}
+        checked = {"final_check": final.reason} if final is not None and final.reason else {}
+        evidence = _measure_win(r, target, evaluator, ctx, cand_dir, seed_dir, seed, best)
+        return {**evidence, **checked}
     finally:
         for d in (cand_dir, seed_dir, ctx.io_dir, ctx.scratch):
             shutil.rmtree(d, ignore_errors=True)
+
+
+def _measure_win(
+    r: Run,
+    target: TargetSpec,
+    evaluator: Evaluator,
+    ctx: Any,
+    cand_dir: Path,
+    seed_dir: Path,
+    seed: ArchiveEntry,
+    best: ArchiveEntry,
+) -> dict[str, Any]:
+    """The confirmation the kind asks for: paired timing, or exact and held-out."""
+    metric, minimize = target.primary.metric, target.primary.minimize
+    if evaluator.confirmation() == "paired":
+        res = evaluator.compare(cand_dir, seed_dir, ctx, r.config.stats.confirm_repeats)
+        if not res.ok:
+            return {"confirmed": False, "headline": f"comparison failed: {res.reason[:200]}"}
+        ci = stats.paired_bootstrap_speedup(
+            res.samples["baseline"],
+            res.samples["candidate"],
+            minimize=minimize,
+            confidence=r.config.stats.confidence,
+            n_boot=r.config.stats.n_boot,
+            seed=r.config.seed,
+        )
+        ok = ci.significant(target.min_gain)
+        head = (
+            f"speedup {ci.speedup:.3f}x, {ci.confidence:.0%} CI [{ci.low:.3f}, "
+            f"{ci.high:.3f}] over {ci.n} interleaved pairs (needs > {1 + target.min_gain:.2f})"
+        )
+        return {
+            "confirmed": ok,
+            "headline": head,
+            "speedup": ci.speedup,
+            "low": ci.low,
+            "high": ci.high,
+            "pairs": ci.n,
+            "kind": "paired bootstrap",
+        }
+    gain = stats.relative_gain(seed.objectives[0], best.objectives[0], minimize=minimize)
+    head = f"{metric} {seed.objectives[0]:.6g} -> {best.objectives[0]:.6g} ({gain:+.1%}, exact)"
+    held_c = evaluator.held_out(cand_dir, ctx)
+    held_s = evaluator.held_out(seed_dir, ctx) if held_c is not None else None
+    if held_c is None or held_s is None:
+        return {
+            "confirmed": True,
+            "headline": head + "; no held-out workload for this kind",
+            "speedup": 1 + gain,
+            "kind": "exact",
+        }
+    if not (held_c.ok and held_s.ok):
+        bad = held_c if not held_c.ok else held_s
+        return {
+            "confirmed": False,
+            "headline": f"held-out evaluation failed: {bad.reason[:200]}",
+        }
+    hc, hs = held_c.metrics[metric], held_s.metrics[metric]
+    ok = stats.exact_improvement(hs, hc, minimize=minimize, min_gain=target.min_gain)
+    hgain = stats.relative_gain(hs, hc, minimize=minimize)
+    head += f"; held-out {hs:.6g} -> {hc:.6g} ({hgain:+.1%})"
+    return {
+        "confirmed": ok,
+        "headline": head,
+        "speedup": 1 + gain,
+        "held_out_gain": hgain,
+        "kind": "exact + held-out",
+        "held_out_metrics": {"seed": dict(held_s.metrics), "candidate": dict(held_c.metrics)},
+    }
 
 
 def _metric_lines(seed: Mapping[str, float], cand: Mapping[str, float]) -> list[str]:
@@ -227,7 +246,9 @@ def _publish(
         "## Evidence",
         f"- {evidence['headline']}",
         f"- Validation: passed every stage of the `{target.kind}` evaluator: static check, "
-        "correctness against the target's trusted checks, performance.",
+        "correctness against the target's trusted checks, performance"
+        + (f"; before publishing, {evidence['final_check']}" if evidence.get("final_check")
+           else "") + ".",
         "",
         "## Metrics (seed -> candidate)",
     ]

@@ -40,7 +40,7 @@ from evaluators.function.harness import (
 from optimizer.errors import ConfigError
 from optimizer.records import CandidateState, EvalResult
 
-_SETTINGS = {"module", "program", "repeats"}
+_SETTINGS = {"module", "program", "repeats", "fuzz", "fuzz_publish"}
 
 
 class FunctionEvaluator(Evaluator):
@@ -66,6 +66,13 @@ class FunctionEvaluator(Evaluator):
             raise ConfigError(f"must be a whole number >= 1, not {repeats!r}", file=where,
                               key="evaluator.repeats")
         self.repeats = repeats
+        self.fuzz_budgets = {}
+        for key, default in (("fuzz", 40), ("fuzz_publish", 400)):
+            value = settings.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"must be a whole number >= 0, not {value!r}", file=where,
+                                  key=f"evaluator.{key}")
+            self.fuzz_budgets[key] = value
         if not self.module_path.is_file():
             raise ConfigError(f"evaluator module {self.module_path} not found", file=where,
                               key="evaluator.module")
@@ -127,7 +134,44 @@ class FunctionEvaluator(Evaluator):
                               f"{self.module_path.name} defines no validate(program_path)",
                               "correctness")
         failed, _ = self._run(validate, cand_dir, ctx, "correctness")
-        return failed or EvalResult(CandidateState.VALID, "", "correctness")
+        if failed is not None:
+            return failed
+        fuzzed = self._fuzz(cand_dir, ctx, self.fuzz_budgets["fuzz"], "correctness")
+        if isinstance(fuzzed, EvalResult):
+            return fuzzed
+        metrics = {"fuzz_examples": float(fuzzed)} if fuzzed else {}
+        return EvalResult(CandidateState.VALID, "", "correctness", metrics=metrics)
+
+    def final_check(self, cand_dir: Path, ctx: EvalContext) -> EvalResult | None:
+        """Before a pull branch: the declared domain fuzzed with the large budget."""
+        fuzzed = self._fuzz(cand_dir, ctx, self.fuzz_budgets["fuzz_publish"], "final check",
+                            shrink=True)
+        if isinstance(fuzzed, EvalResult):
+            return fuzzed
+        return EvalResult(CandidateState.VALID, f"{fuzzed} drawn inputs answered right",
+                          "final check", metrics={"fuzz_examples": float(fuzzed)})
+
+    def _fuzz(self, cand_dir: Path, ctx: EvalContext, budget: int, stage: str,
+              shrink: bool = False) -> EvalResult | int:
+        """The target's declared domain (``fuzz_domain``/``fuzz_check`` in evaluate.py)
+        drawn from with Hypothesis; the number of inputs checked, or the verdict."""
+        trusted = self.trusted()
+        domain, check = getattr(trusted, "fuzz_domain", None), getattr(trusted, "fuzz_check",
+                                                                       None)
+        if domain is None or check is None or budget <= 0:
+            return 0
+        from evaluators.function.fuzz import fuzz
+        from evaluators.function.harness import load_stand_in
+
+        count = [0]
+
+        def run(path: str) -> int:
+            count[0] = fuzz(load_stand_in(path), domain(), check, budget=budget,
+                            seed=ctx.seed % (2**32), shrink=shrink)
+            return count[0]
+
+        failed, _ = self._run(run, cand_dir, ctx, stage)
+        return failed if failed is not None else count[0]
 
     def _measure(self, cand_dir: Path, ctx: EvalContext, name: str, stage: str) -> EvalResult:
         func = getattr(self.trusted(), name, None)

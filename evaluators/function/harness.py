@@ -131,6 +131,18 @@ def batched(fn: Callable[..., Any], args_list: Sequence[Sequence[Any]]) -> list[
     return [fn(*args) for args in args_list]
 
 
+def load_stand_in(path: str) -> Any:
+    """Import a stand-in module (what ``evaluate.py``'s own loader does)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_stand_in_{next(_tokens)}", path)
+    if spec is None or spec.loader is None:
+        raise CandidateUnavailable(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 _REGISTRY: dict[str, Programs] = {}
 _tokens = itertools.count()
 

@@ -120,3 +120,15 @@ def test_cli_evaluate_unknown_sandbox_key_is_exit_2(capsys: pytest.CaptureFixtur
     assert code == 2
     err = capsys.readouterr().err
     assert "sandbox.memory_gb" in err and "memory_mb" in err
+
+
+def test_a_program_wrong_only_off_the_hand_written_cases_is_caught_by_fuzzing(
+        tmp_path: Path) -> None:
+    """Right on every hand-written case (their vocabularies are 300 tokens and more) but
+    wrong on small vocabularies: the target's declared domain, fuzzed, finds it."""
+    program = SEED.replace(
+        "    return out\n",
+        "    if vocab < 64:\n        out = out * np.float32(0.99)\n    return out\n", 1)
+    res = _evaluate(tmp_path, program)
+    assert res.state is CandidateState.INVALID, res.reason
+    assert "on filter_probs(array(" in res.reason, res.reason

@@ -117,3 +117,23 @@ def evaluate(program_path: str) -> dict[str, float]:
 
 def evaluate_held_out(program_path: str) -> dict[str, float]:
     return simulate(_load(program_path), workload(seed=2), seed=11)
+
+
+def fuzz_domain():
+    """eviction_score's domain, for differential fuzzing: request counters and ages from 0 to
+    a night's workload and beyond, hits and chain depths from 0 up."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def args(draw):
+        last = draw(st.integers(0, 10**6))
+        now = last + draw(st.one_of(st.sampled_from([0, 1]), st.integers(0, 10**6)))
+        return now, last, draw(st.integers(0, 10**4)), draw(st.integers(0, 512))
+
+    return {"eviction_score": args()}
+
+
+def fuzz_check(name, args, result):
+    assert isinstance(result, int | float) and not isinstance(result, bool), (
+        f"eviction_score returned {type(result).__name__}, not a number")
+    assert math.isfinite(result), f"eviction_score{args} = {result}"

@@ -114,3 +114,43 @@ def evaluate(program_path: str) -> dict[str, float]:
         check(got, logits, 50, 0.9)
         times.append(seconds)
     return {"time_s": float(np.median(times)), "time_min_s": float(min(times))}
+
+
+def fuzz_domain():
+    """The contract's input domain, for differential fuzzing (evaluators/function/fuzz.py):
+    logits of 1-6 rows by 1-300 tokens, float32 or float16, spread wide or narrow, with an
+    offset and the odd -inf (a masked token); any top_k (below 1, above the vocabulary);
+    top_p from a one-token nucleus to 1. Exact ties at the cut are left out: the contract
+    does not say which of two equal logits a top-k keeps."""
+    from hypothesis import strategies as st
+    from hypothesis.extra import numpy as hnp
+
+    @st.composite
+    def case(draw):
+        rows, vocab = draw(st.integers(1, 6)), draw(st.integers(1, 300))
+        dtype = draw(st.sampled_from([np.float32, np.float16]))
+        scale = draw(st.sampled_from([0.01, 1.0, 8.0]))
+        offset = draw(st.sampled_from([0.0, -50.0, 300.0]))
+        seed = draw(st.integers(0, 2**32 - 1))
+        x = np.random.default_rng(seed).standard_normal((rows, vocab)) * scale + offset
+        mask = draw(hnp.arrays(np.bool_, (rows, vocab), elements=st.booleans()))
+        if vocab > 1 and draw(st.booleans()):
+            x[mask & (np.arange(vocab) > 0)] = -np.inf  # never a whole row
+        logits = x.astype(dtype)
+        finite = logits[np.isfinite(logits)]
+        if finite.size != np.unique(finite).size:  # float16 rounding made ties
+            logits = x.astype(np.float32)
+        top_k = draw(st.one_of(st.sampled_from([0, 1, vocab, vocab + 1, -3]),
+                               st.integers(-2, vocab + 2)))
+        top_p = draw(st.one_of(st.sampled_from([1.0, 1e-9]), st.floats(0.01, 1.0)))
+        return logits, top_k, top_p
+
+    return {"filter_probs": case()}
+
+
+def fuzz_check(name, args, result):
+    logits, top_k, top_p = args
+    finite = logits[np.isfinite(logits)].astype(np.float64)
+    if finite.size != np.unique(finite).size:
+        return  # equal logits at the cut: either may be kept (see fuzz_domain)
+    check(result, logits, top_k, top_p)
