@@ -132,3 +132,21 @@ def test_a_program_wrong_only_off_the_hand_written_cases_is_caught_by_fuzzing(
     res = _evaluate(tmp_path, program)
     assert res.state is CandidateState.INVALID, res.reason
     assert "on filter_probs(array(" in res.reason, res.reason
+
+
+def test_the_topk_reference_is_the_full_stable_sort_ties_included() -> None:
+    import importlib.util
+
+    import numpy as np
+
+    spec = importlib.util.spec_from_file_location("topk_evaluate", TOPK / "evaluate.py")
+    ev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ev)
+    rng = np.random.default_rng(7)
+    for trial in range(200):
+        rows, vocab = int(rng.integers(1, 8)), int(rng.integers(1, 300))
+        x = (rng.integers(-4, 4, (rows, vocab)) if trial % 2 else
+             rng.standard_normal((rows, vocab))).astype(np.float32)  # odd trials: many ties
+        k = int(rng.integers(-2, vocab + 3))
+        want = np.argsort(-x.astype(np.float64), axis=1, kind="stable")[:, :max(1, min(k, vocab))]
+        assert np.array_equal(ev._top_order(x.astype(np.float64), max(1, min(k, vocab))), want)
