@@ -56,7 +56,8 @@ from optimizer.vcs import Workspace
 from optimizer.winners import select_winner
 
 MAX_DUPLICATES_IN_A_ROW = 40
-CONFIRM_SHARE = 0.15  # of a target's time slice, kept for confirming its winner
+CONFIRM_SHARE = 0.15  # of a target's time slice, kept for confirming its winner at least
+MAX_CONFIRM_SHARE = 0.5  # and at most, however slow its evaluations
 
 # Run, RunSummary and TargetSummary live in optimizer.night; re-exported for callers.
 __all__ = ["CONFIRM_SHARE", "Run", "RunSummary", "TargetSummary", "optimize_target", "run"]
@@ -139,7 +140,8 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
     load_archive(r, study, target, archive)
     earlier = len(archive.entries)  # candidates of earlier nights
     rng = random.Random(f"{r.config.seed}/{target.name}/{len(archive.entries)}")
-    search_deadline = deadline - CONFIRM_SHARE * max(0.0, deadline - time.monotonic())
+    slice_s = max(0.0, deadline - time.monotonic())
+    search_deadline = deadline - CONFIRM_SHARE * slice_s
     dup_streak = 0
     kind_text, trusted_files = evaluator.prompt_text(), evaluator.prompt_files()
     with make_sandbox(r.config, target, evaluator) as sandbox:
@@ -161,6 +163,8 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
                 out.note = f"seed program is not valid ({why[:300]}); nothing to optimise against"
             r.say(f"[{target.name}] {out.note}")
             return _finish_summary(out, archive, earlier)
+        if out.eval_s:  # the seed's cost says what confirming a winner will take
+            search_deadline = deadline - _winner_reserve(r, evaluator, out.eval_s[0], slice_s)
         while True:
             next_usd = r.ledger.estimate_next_usd(target.name) if r.budget.usd else 0.0
             stop = r.budget.exhausted(next_usd)
@@ -300,6 +304,7 @@ def _candidate(
     r.proposer.observe(entry)
     r.budget.candidates += 1
     out.candidates += 1
+    out.eval_s.append(result.cost_s)
     overhead += time.perf_counter() - t1
     r.summary.engine_overhead_ms.append(overhead * 1000)
     _say_candidate(r, target, archive, entry, result)
@@ -362,6 +367,17 @@ def _say_candidate(
         f"{value.splitlines()[0] if value else ''}"
         f" | {best_s} | {entry.proposer} | {left:.1f} min left"
     )
+
+
+def _winner_reserve(r: Run, evaluator: Evaluator, eval_s: float, slice_s: float) -> float:
+    """Seconds of a target's slice kept for its winner: the reduction's trials and the
+    confirmation (paired repetitions of candidate and seed, or the two held-out runs), at
+    the seed's evaluation cost; between CONFIRM_SHARE and MAX_CONFIRM_SHARE of the slice.
+    (A fixed 15% left a timed target's confirmation, 30 evaluations, running 1.2 minutes
+    past a 50-second slice in the nightly, and the targets after it got less.)"""
+    confirm = 2 * r.config.stats.confirm_repeats if evaluator.confirmation() == "paired" else 2
+    wanted = (confirm + r.config.stats.minimize_trials) * eval_s
+    return min(MAX_CONFIRM_SHARE * slice_s, max(CONFIRM_SHARE * slice_s, wanted))
 
 
 def _finish_summary(out: TargetSummary, archive: Archive, earlier: int) -> TargetSummary:

@@ -36,6 +36,7 @@ class TargetSummary:
     best_candidate: str | None = None
     winner: dict[str, Any] | None = None
     note: str = ""
+    eval_s: list[float] = field(default_factory=list)  # each evaluation's cost, in order
 
 
 @dataclass
