@@ -197,13 +197,20 @@ class Evaluator(ABC):
 
     # -- stage 1 ---------------------------------------------------------------------
     def static_check(self, cand_dir: Path) -> EvalResult:
-        """Cheap checks before anything runs: every editable Python file parses."""
+        """Cheap checks before anything runs: every editable Python file is UTF-8 and
+        parses (a byte-order mark is allowed, as Python allows it)."""
         for rel in self.target.editable:
             path = cand_dir / rel
             if path.suffix != ".py":
                 continue
             try:
-                ast.parse(path.read_text(), filename=rel)
+                ast.parse(read_source(path), filename=rel)
+            except UnicodeDecodeError as exc:
+                return EvalResult(
+                    CandidateState.REJECTED,
+                    f"{rel}: not UTF-8 text ({exc.reason} at byte {exc.start})",
+                    "static",
+                )
             except SyntaxError as exc:
                 return EvalResult(
                     CandidateState.REJECTED,
@@ -277,6 +284,12 @@ class Evaluator(ABC):
             artifacts=artifacts,
             cost_s=time.perf_counter() - start,
         )
+
+
+def read_source(path: Path) -> str:
+    """A Python source file's text: UTF-8, a leading byte-order mark dropped (Python
+    imports such a file; ``ast.parse`` of its text with the mark does not)."""
+    return path.read_bytes().decode("utf-8-sig")
 
 
 def text_beside(module_file: str, name: str = "prompt.txt") -> str:

@@ -68,7 +68,8 @@ class TargetSpec:
         return self.objectives[0]
 
     def seed_files(self) -> dict[str, str]:
-        return {rel: (self.path / rel).read_text() for rel in self.editable}
+        """The editable files as committed (UTF-8; a byte-order mark dropped)."""
+        return {rel: (self.path / rel).read_bytes().decode("utf-8-sig") for rel in self.editable}
 
 
 def _merge(base: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -125,6 +126,15 @@ def load_target(
     for rel in editable:
         if not (folder / rel).is_file():
             raise ConfigError(f"editable file '{rel}' does not exist", file=shown, key="editable")
+        try:
+            (folder / rel).read_bytes().decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"editable file '{rel}' is not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                "save it as UTF-8",
+                file=shown,
+                key="editable",
+            ) from None
     raw_objs = data.get("objectives", [{"metric": "time_s", "direction": "minimize"}])
     objectives = []
     if not isinstance(raw_objs, list) or not raw_objs:

@@ -38,7 +38,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from evaluators import numerics
-from evaluators._base import EvalContext, Evaluator, result_from_call, text_beside
+from evaluators._base import (
+    EvalContext,
+    Evaluator,
+    read_source,
+    result_from_call,
+    text_beside,
+)
 from evaluators.kernels.static_checks import check_source
 from optimizer.errors import ConfigError
 from optimizer.records import CandidateState, EvalResult
@@ -180,7 +186,7 @@ class KernelEvaluator(Evaluator):
         findings = []
         for rel in self.target.editable:
             if rel.endswith(".py"):
-                src = (cand_dir / rel).read_text()
+                src = read_source(cand_dir / rel)
                 findings += [f"{rel}: {f}" for f in
                              check_source(src, rel, allow_tf32=self.config.allow_tf32,
                                           require_model=rel == "kernel.py")]

@@ -60,7 +60,14 @@ def _load(problem_file: Path):
         raise ConfigError("cannot import the problem file", file=str(problem_file))
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
+    try:
+        spec.loader.exec_module(mod)
+    except SyntaxError as exc:
+        raise ConfigError(f"line {exc.lineno}: syntax error: {exc.msg}; fix the problem file",
+                          file=str(problem_file)) from None
+    except Exception as exc:  # noqa: BLE001 - whatever the problem's module code raises
+        raise ConfigError(f"importing it raised {type(exc).__name__}: {exc}",
+                          file=str(problem_file)) from None
     for attr in ("Model", "get_inputs", "get_init_inputs"):
         if not hasattr(mod, attr):
             raise ConfigError(
@@ -104,7 +111,9 @@ def _toml_value(value: object) -> str:
         return repr(value)
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return json.dumps(str(value))  # a JSON string is a valid TOML basic string
+    # A TOML basic string: JSON's escapes, except that TOML has no surrogate pairs, so
+    # characters beyond the BMP (an emoji in a docstring) are written as themselves.
+    return json.dumps(str(value), ensure_ascii=False)
 
 
 def import_kernelbench(problem_file: Path, dest_dir: Path, name: str | None = None) -> Path:
@@ -112,14 +121,22 @@ def import_kernelbench(problem_file: Path, dest_dir: Path, name: str | None = No
     import torch
 
     problem_file = Path(problem_file)
-    source = problem_file.read_text()
+    try:
+        source = problem_file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8",
+                          file=str(problem_file)) from None
     mod = _load(problem_file)
     name = _safe_name(name or problem_file.stem)
     folder = Path(dest_dir) / name
     if folder.exists():
         raise ConfigError(f"{folder} exists already; pass another name or remove it")
-    inputs = list(mod.get_inputs())
-    init = list(mod.get_init_inputs())
+    try:
+        inputs = list(mod.get_inputs())
+        init = list(mod.get_init_inputs())
+    except Exception as exc:  # noqa: BLE001 - the problem's own code
+        raise ConfigError(f"get_inputs()/get_init_inputs() raised {type(exc).__name__}: {exc}",
+                          file=str(problem_file)) from None
     if not all(isinstance(v, bool | int | float | str) for v in init):
         raise ConfigError(
             "get_init_inputs() must return numbers or strings to be written into target.toml",

@@ -285,12 +285,14 @@ class RoutingEvaluator(Evaluator):
     @staticmethod
     def _timing_text(run: _Run) -> str:
         t = run.timing
-        waits = ("subtracted (one process, its other threads idle)" if t["load_corrected"]
-                 else "counted (other threads worked, or the process is not confined)")
+        how = (f"the policy process's CPU time in each request ({t['waits']:.0f} decisions "
+               "that waited timed by the clock)" if t["by_cpu"]
+               else "the round trip timed here, less this side's run-queue wait (other "
+                    "threads worked, or the process is not confined)")
         return (f"decisions: {len(run.answers)}\n"
-                f"decision time (ms; the round trip timed here, less run-queue waits): "
+                f"decision time (ms; {how}): "
                 f"p50 {t['p50_ms']:.4f}, p99 {t['p99_ms']:.4f}, max {t['max_ms']:.4f}\n"
-                f"the policy process's run-queue wait: {waits}\n"
+                f"round trip less this side's wait, p99 (ms): {t['clock_p99_ms']:.4f}\n"
                 f"the policy process's CPU per decision over the run: {t['cpu_ms']:.4f} ms\n"
                 f"second session decided the same: {'yes' if run.checked else 'not yet'}\n")
 

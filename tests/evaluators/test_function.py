@@ -150,3 +150,18 @@ def test_the_topk_reference_is_the_full_stable_sort_ties_included() -> None:
         k = int(rng.integers(-2, vocab + 3))
         want = np.argsort(-x.astype(np.float64), axis=1, kind="stable")[:, :max(1, min(k, vocab))]
         assert np.array_equal(ev._top_order(x.astype(np.float64), max(1, min(k, vocab))), want)
+
+
+def test_a_seed_saved_with_a_byte_order_mark_is_valid_and_one_not_utf8_is_refused(
+        tmp_path: Path) -> None:
+    res = _evaluate(tmp_path, "\ufeff" + SEED)
+    assert res.state is CandidateState.VALID, res.reason
+    cand = tmp_path / "latin"
+    shutil.copytree(TOPK, cand)
+    (cand / "program.py").write_bytes(SEED.replace("A first", "A f\u00efrst").encode("latin-1"))
+    from optimizer.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_target(cand, tmp_path)
+    res = evaluators.get("function")(load_target(TOPK, ROOT)).static_check(cand)
+    assert res.state is CandidateState.REJECTED and "not UTF-8" in res.reason

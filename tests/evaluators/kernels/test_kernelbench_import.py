@@ -120,3 +120,37 @@ def test_a_verdict_without_a_gpu_says_when_nothing_was_checked(tmp_path):
     res = KernelEvaluator(spec).evaluate(folder, ctx)
     assert res.state.value == "PRUNED" and res.reason == NO_GPU_UNCHECKED, res.reason
     assert "verified" not in res.reason
+
+
+@pytest.mark.parametrize(("source", "needle"), [
+    (PROBLEM.replace("def get_inputs():", "def get_inputs(:"), "syntax error"),
+    (PROBLEM.replace("return [torch.randn(batch_size, dim)]", "raise RuntimeError('no data')"),
+     "get_inputs()/get_init_inputs() raised RuntimeError: no data"),
+    (PROBLEM.replace("import torch\n", "import torch\nraise ImportError('nope')\n", 1),
+     "importing it raised ImportError: nope"),
+])
+def test_a_broken_problem_file_is_a_clear_error_and_writes_nothing(tmp_path, source, needle):
+    problem = tmp_path / "broken.py"
+    problem.write_text(source)
+    with pytest.raises(ConfigError, match="broken.py") as err:
+        import_kernelbench(problem, tmp_path / "targets")
+    assert needle in str(err.value)
+    assert not (tmp_path / "targets" / "broken").exists()
+
+
+def test_a_docstring_with_any_unicode_gives_valid_toml(tmp_path):
+    import tomllib
+
+    problem = tmp_path / "emoji.py"
+    doc = '"""Scaled ReLU \U0001f600 with a "quoted" offset\tand a tab."""'
+    problem.write_text(PROBLEM.replace('"""Scaled ReLU with a learned scalar offset."""', doc))
+    folder = import_kernelbench(problem, tmp_path / "targets")
+    data = tomllib.loads((folder / "target.toml").read_text())
+    assert "\U0001f600" in data["description"] and '"quoted"' in data["description"]
+
+
+def test_a_problem_file_that_is_not_utf8_is_refused(tmp_path):
+    problem = tmp_path / "latin1.py"
+    problem.write_bytes(PROBLEM.replace("Scaled", "Sc\u00e4led").encode("latin-1"))
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        import_kernelbench(problem, tmp_path / "targets")
