@@ -6,9 +6,9 @@ PYTHON  ?= python3
 
 .PHONY: nightly test lint typecheck bwrap clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 # bubblewrap gives the sandbox namespaces; without it candidates run with rlimits only.
