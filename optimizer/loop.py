@@ -165,6 +165,9 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
             return _finish_summary(out, archive, earlier)
         if out.eval_s:  # the seed's cost says what confirming a winner will take
             search_deadline = deadline - _winner_reserve(r, evaluator, out.eval_s[0], slice_s)
+        # the target's other starting programs come first, each a structure of its own
+        starts = [s for s in target.starts
+                  if content_hash(target.start_files(s)) not in archive.hashes]
         while True:
             next_usd = r.ledger.estimate_next_usd(target.name) if r.budget.usd else 0.0
             stop = r.budget.exhausted(next_usd)
@@ -175,6 +178,13 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
                 break
             if entry.max_candidates and out.candidates >= entry.max_candidates:
                 break
+            if starts:
+                start = starts.pop(0)
+                files = target.start_files(start)
+                _candidate(r, target, evaluator, sandbox, study, names, archive,
+                           Proposal("start", archive.seed.id, files, f"the target's start "
+                                    f"{start}", fixed_knobs=knobs.values_of(files)), out)
+                continue
             parent = archive.pick_parent(rng)
             context = ProposalContext(
                 target=target,

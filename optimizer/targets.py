@@ -10,6 +10,9 @@
     noise       = "timing"            # "timing" (bootstrap CI) or "deterministic" (+ held-out)
     min_gain    = 0.05                # a winner must be this much better (fraction)
     timeout_s   = 60                  # wall-clock limit of one sandboxed evaluation
+    starts      = ["variants/a.py"]   # more starting programs (a file for the one editable
+                                      # file, or a folder of editable files), each evaluated
+                                      # after the seed as a structure of its own
     [evaluator]                       # the kind's own settings (free-form, kind-checked)
 
 This module imports only the standard library so that evaluators can use it on a GPU
@@ -35,6 +38,7 @@ _TARGET_KEYS = {
     "noise",
     "min_gain",
     "timeout_s",
+    "starts",
     "evaluator",
 }
 
@@ -62,6 +66,7 @@ class TargetSpec:
     min_gain: float = 0.05
     timeout_s: float = 120.0
     evaluator: Mapping[str, Any] = field(default_factory=dict)
+    starts: tuple[str, ...] = ()  # paths relative to the folder (see start_files)
 
     @property
     def primary(self) -> Objective:
@@ -70,6 +75,19 @@ class TargetSpec:
     def seed_files(self) -> dict[str, str]:
         """The editable files as committed (UTF-8; a byte-order mark dropped)."""
         return {rel: (self.path / rel).read_bytes().decode("utf-8-sig") for rel in self.editable}
+
+    def start_files(self, start: str) -> dict[str, str]:
+        """The editable files of a declared start: the seed's, with the start's file in
+        place of the one editable file, or with each editable file the start's folder has."""
+        files = self.seed_files()
+        where = self.path / start
+        if where.is_dir():
+            for rel in self.editable:
+                if (where / rel).is_file():
+                    files[rel] = (where / rel).read_bytes().decode("utf-8-sig")
+        else:
+            files[self.editable[0]] = where.read_bytes().decode("utf-8-sig")
+        return files
 
 
 def _merge(base: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -166,6 +184,34 @@ def load_target(
     for key, value in (("min_gain", min_gain), ("timeout_s", timeout_s)):
         if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
             raise ConfigError("must be a non-negative number", file=shown, key=key)
+    starts = data.get("starts", [])
+    if not isinstance(starts, list) or not all(isinstance(x, str) for x in starts):
+        raise ConfigError("must be a list of paths in the target's folder", file=shown,
+                          key="starts")
+    for i, start in enumerate(starts):
+        where = folder / start
+        if where.is_dir():
+            found = [rel for rel in editable if (where / rel).is_file()]
+            if not found:
+                raise ConfigError(f"start folder '{start}' holds none of the editable files "
+                                  f"{editable}", file=shown, key=f"starts[{i}]")
+            texts = [where / rel for rel in found]
+        elif where.is_file():
+            if len(editable) != 1:
+                raise ConfigError(f"start '{start}' is one file but the target has "
+                                  f"{len(editable)} editable files: make it a folder of "
+                                  "them", file=shown, key=f"starts[{i}]")
+            texts = [where]
+        else:
+            raise ConfigError(f"start '{start}' does not exist", file=shown,
+                              key=f"starts[{i}]")
+        for text in texts:
+            try:
+                text.read_bytes().decode("utf-8-sig")
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"start file '{text.relative_to(folder)}' is not UTF-8 "
+                                  f"text ({exc.reason} at byte {exc.start}); save it as UTF-8",
+                                  file=shown, key=f"starts[{i}]") from None
     evaluator = data.get("evaluator", {})
     if not isinstance(evaluator, dict):
         raise ConfigError("must be a table", file=shown, key="evaluator")
@@ -187,4 +233,5 @@ def load_target(
         min_gain=float(min_gain),
         timeout_s=float(timeout_s),
         evaluator=evaluator,
+        starts=tuple(starts),
     )
