@@ -294,3 +294,37 @@ def test_mutation_alone_finds_a_win_without_knobs(seed):
     seed_cost, best = search({"program.py": no_knobs}, iterations=80, seed=seed)
     assert seed_cost == pytest.approx(157 * 5 + 0.64)
     assert best < seed_cost / 10  # doubling `64` five times reaches the optimum's region
+
+
+KERNEL = '''import triton
+import triton.language as tl
+
+# EVOLVE-BLOCK-START
+NUM_WARPS = 4  # knob: choices=[2, 4, 8]
+
+
+@triton.jit
+def _kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n
+    x = tl.load(x_ptr + cols, mask=mask, other=-1.5)
+    tl.store(y_ptr + cols, x * 2.0, mask=mask)
+
+
+def launch(x, y):
+    return max(16, x.numel() * 2)
+# EVOLVE-BLOCK-END
+'''
+
+
+def test_code_inside_a_gpu_kernel_is_never_mutated():
+    prop = OfflineProposer(seed=3, knob_search_share=0.0)
+    kernel_lines = KERNEL.split("@triton.jit")[1].split("def launch")[0]
+    changed_host = 0
+    for iteration in range(40):
+        out = prop.propose(context(entry({"kernel.py": KERNEL}), iteration=iteration))
+        assert out.rejected is None, out.rejected
+        new = out.files["kernel.py"]
+        assert kernel_lines in new, out.summary  # the jit function is byte for byte the same
+        changed_host += new != KERNEL
+    assert changed_host == 40  # the host function's literals and operators still mutate
