@@ -33,6 +33,8 @@ import secrets
 import shutil
 import statistics
 import sys
+import tempfile
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -56,6 +58,7 @@ NO_GPU = "no GPU: correctness verified, timing skipped"
 NO_GPU_UNCHECKED = ("no GPU: nothing was checked here (every workload of this target needs "
                     "a GPU), not measured")
 TIMED_SETS = 3  # input sets the timed calls rotate over
+CASE_POOL = 6  # validation input sets per workload and night; each evaluation checks three
 TIMED_CHECKS = 3  # timed calls per block whose outputs are checked, at random
 
 
@@ -149,6 +152,45 @@ def _itemsize(dtype: Any) -> int:
     return int(torch.empty((), dtype=dtype).element_size())
 
 
+class _CasePool:
+    """One workload's validation cases for a night (see KernelEvaluator._case_pool)."""
+
+    def __init__(self, wid: str, folder: Path, reference: Any, args: dict[str, Any],
+                 init: list[Any], param_dtype: Any, draws: list[tuple[str, int]]):
+        self.wid, self.folder, self.reference = wid, folder, reference
+        self.args, self.init, self.param_dtype, self.draws = args, init, param_dtype, draws
+        self.made: dict[int, tuple[Any, list[Any], Path]] = {}  # case, references, file
+        self.params: Path | None = None
+        self.meta: list[Any] = []
+
+    def __len__(self) -> int:
+        return len(self.draws)
+
+    def get(self, k: int) -> tuple[Any, list[Any], Path]:
+        """Case ``k`` with its references and its saved inputs, made on first use."""
+        if k not in self.made:
+            import torch
+            from safetensors.torch import save_file
+
+            dist, seed = self.draws[k]
+            case = numerics.make_case(self.reference, self.args, self.init, dist, seed,
+                                      self.param_dtype)
+            if self.made:  # one parameter set per model: every case shares the first's
+                first = next(iter(self.made.values()))[0]
+                case = numerics.Case(case.dist, case.inputs, first.params)
+            else:
+                self.params = self.folder / f"{self.wid}.params.safetensors"
+                save_file({n: v.contiguous() for n, v in case.params.items()},
+                          str(self.params))
+                self.meta = numerics.expected_meta(self.reference, self.init, case)
+            path = self.folder / f"{self.wid}.{k}.safetensors"
+            save_file({str(j): t.contiguous() for j, t in enumerate(case.inputs)
+                       if isinstance(t, torch.Tensor)}, str(path))
+            self.made[k] = (case, numerics.reference_output(self.reference, self.init, case),
+                            path)
+        return self.made[k]
+
+
 class KernelEvaluator(Evaluator):
     kind: ClassVar[str] = "kernel"
     preload: ClassVar[tuple[str, ...]] = ("torch", "triton")
@@ -160,10 +202,43 @@ class KernelEvaluator(Evaluator):
         # the timed calls' input sets: drawn from a seed the candidate is never told in
         # advance, fixed for this evaluator (a night), so references are computed once
         self._timing_seed = secrets.randbits(30)
+        self._case_seed = secrets.randbits(30)  # the validation cases' (see _case_pool)
         dists = [d for d in self.config.distributions if d != "normal"]
         self._timing_dists = ("normal", *random.Random(self._timing_seed).sample(
             dists, k=min(TIMED_SETS - 1, len(dists))))
         self._timing_refs: dict[str, list[tuple[Any, list[Any]]]] = {}
+        self._pools: dict[str, _CasePool] = {}
+        self._pool_dir: Path | None = None
+
+    def _case_pool(self, wid: str, w: Any, reference: Any, init: list[Any],
+                   ctx: EvalContext) -> _CasePool:
+        """The night's validation cases of one workload: CASE_POOL input sets (every
+        distribution at least once when there are fewer), one parameter set, made when
+        first drawn, with their float64 references and their files. Each evaluation checks
+        three of them drawn with its own hidden seed, as it checked three fresh ones before:
+        generating inputs and references was most of a kernel evaluation (on 2 cores 5.4 s
+        of softmax's, per candidate). The files are copied into each evaluation's io dir,
+        never linked: a candidate that writes into its inputs cannot reach the next one's."""
+        pool = self._pools.get(wid)
+        if pool is not None and self._pool_dir is not None and self._pool_dir.exists():
+            return pool
+        if self._pool_dir is None or not self._pool_dir.exists():
+            base = ctx.cache_dir if ctx.cache_dir is not None else ctx.scratch
+            base.mkdir(parents=True, exist_ok=True)
+            self._pool_dir = Path(tempfile.mkdtemp(prefix="kernel-cases-", dir=base))
+            weakref.finalize(self, shutil.rmtree, self._pool_dir, True)
+            self._pools.clear()
+        pdt = w.param_dtype or w.args.get("dtype")
+        rng = random.Random(self._case_seed + int(wid[1:]))
+        dists = list(self.config.distributions)
+        rng.shuffle(dists)
+        while len(dists) < CASE_POOL:
+            dists.append(rng.choice(self.config.distributions))
+        pool = _CasePool(wid, self._pool_dir, reference, w.args, init,
+                         numerics.torch_dtype(pdt) if pdt else None,
+                         [(d, rng.getrandbits(31)) for d in dists[:max(CASE_POOL, 3)]])
+        self._pools[wid] = pool
+        return pool
 
     def sandbox_env(self, device: str) -> dict[str, str]:
         # Triton reads TRITON_INTERPRET when it is imported, i.e. in the warm zygote
@@ -198,7 +273,7 @@ class KernelEvaluator(Evaluator):
     # -- stage 2 ---------------------------------------------------------------------
     def correctness(self, cand_dir: Path, ctx: EvalContext) -> EvalResult:
         import torch
-        from safetensors.torch import load_file, save_file
+        from safetensors.torch import load_file
 
         device = _device_kind(ctx.device)
         reference = load_reference(self.target.path)
@@ -216,25 +291,15 @@ class KernelEvaluator(Evaluator):
                 continue
             wid = f"w{i}"
             init = list(w.init if w.init is not None else reference.get_init_inputs())
-            pdt = w.param_dtype or w.args.get("dtype")
-            param_dtype = numerics.torch_dtype(pdt) if pdt else None
-            dists = rng.sample(self.config.distributions, k=min(3, len(self.config.distributions)))
-            while len(dists) < 3:
-                dists.append(rng.choice(self.config.distributions))
-            for key, dist in zip("ABC", dists, strict=True):
-                case = numerics.make_case(reference, w.args, init, dist, rng.getrandbits(31),
-                                          param_dtype)
-                if key != "A":  # one parameter set per model: B and C share A's weights
-                    case = numerics.Case(case.dist, case.inputs, cases[wid, "A"].params)
-                cases[wid, key] = case
-                refs[wid, key] = numerics.reference_output(reference, init, case)
-                save_file({str(j): t.contiguous() for j, t in enumerate(case.inputs)
-                           if isinstance(t, torch.Tensor)},
-                          str(ctx.io_dir / f"{wid}.{key}.safetensors"))
+            pool = self._case_pool(wid, w, reference, init, ctx)
+            # three of the night's hidden cases, a fresh draw per evaluation
+            for key, n in zip("ABC", rng.sample(range(len(pool)), k=3), strict=True):
+                cases[wid, key], refs[wid, key], path = pool.get(n)
+                shutil.copyfile(path, ctx.io_dir / f"{wid}.{key}.safetensors")
             a = cases[wid, "A"]
-            save_file({k: v.contiguous() for k, v in a.params.items()},
-                      str(ctx.io_dir / f"{wid}.params.safetensors"))
-            metas[wid] = numerics.expected_meta(reference, init, a)
+            assert pool.params is not None
+            shutil.copyfile(pool.params, ctx.io_dir / f"{wid}.params.safetensors")
+            metas[wid] = pool.meta
             jobs.append({
                 "id": wid, "name": w.name, "init": init, "n_inputs": len(a.inputs),
                 "scalars": {str(j): t for j, t in enumerate(a.inputs)

@@ -1,0 +1,39 @@
+"""The night's validation cases: made once per workload, three drawn per evaluation,
+copied (never linked) into each evaluation's io dir."""
+
+from pathlib import Path
+
+from evaluators._base import EvalContext
+from evaluators.kernels import KernelEvaluator
+from evaluators.kernels.evaluator import CASE_POOL
+from optimizer.records import CandidateState
+from optimizer.sandbox import Sandbox, SandboxSettings
+from optimizer.targets import load_target
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_cases_are_made_once_a_night_and_drawn_per_evaluation(tmp_path):
+    spec = load_target(ROOT / "targets/kernels/softmax", ROOT)
+    evaluator = KernelEvaluator(spec)
+    tampered = False
+    with Sandbox(SandboxSettings(timeout_s=120)) as sandbox:
+        for seed in range(4):
+            io = tmp_path / f"io{seed}"
+            io.mkdir()
+            ctx = EvalContext(sandbox, seed=seed, scratch=tmp_path / f"s{seed}", io_dir=io,
+                              device="cpu", timeout_s=120, cache_dir=tmp_path / "cache")
+            res = evaluator.correctness(spec.path, ctx)
+            assert res.state is CandidateState.VALID, res.reason
+            pools = evaluator._pools
+            assert pools and all(len(p.made) <= CASE_POOL for p in pools.values())
+            for wid, pool in pools.items():
+                inputs = io / f"{wid}.A.safetensors"
+                made = {p.stat().st_ino for _, _, p in pool.made.values()}
+                assert inputs.stat().st_ino not in made  # a copy, not a link
+                if not tampered:  # a candidate writing into its inputs reaches no one else
+                    inputs.write_bytes(b"garbage")
+                    tampered = True
+    first = next(iter(evaluator._pools.values()))
+    assert len(first.made) > 3  # later evaluations drew other cases of the pool
+    assert all(p.read_bytes() != b"garbage" for _, _, p in first.made.values())
