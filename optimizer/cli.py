@@ -187,7 +187,11 @@ def _progress_printer(stream: Any) -> Callable[[str], None]:
 
 def _workspace_of(experiment: Path) -> Path:
     """The git repository holding the experiment file (or the current directory)."""
-    start = experiment.resolve().parent if experiment.exists() else Path.cwd()
+    return _repository_of(experiment.resolve().parent if experiment.exists() else Path.cwd())
+
+
+def _repository_of(start: Path) -> Path:
+    """The git repository holding ``start`` (or the current directory)."""
     for folder in (start, *start.parents):
         if (folder / ".git").exists():
             return folder
@@ -220,8 +224,11 @@ def _summary_table(summary: object) -> str:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from optimizer.targets import load_target
 
-    workspace = _workspace_of(args.experiment) if args.experiment.exists() else Path.cwd()
     folder = Path(args.target)
+    if (folder / "target.toml").is_file():  # the repository that holds the target
+        workspace = _repository_of(folder.resolve())
+    else:
+        workspace = _workspace_of(args.experiment)
     if not (folder / "target.toml").is_file():
         from optimizer.config import load_experiment
 

@@ -93,6 +93,16 @@ def test_cli_evaluate_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert data["state"] == "VALID" and 0.3 < data["metrics"]["hit_ratio"] < 0.6
 
 
+def test_cli_evaluate_from_another_directory_uses_the_targets_repository(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # run from /tmp (a directory the sandbox replaces with its own): the workspace is the
+    # git repository holding the target, so the candidate's folder stays visible to it
+    monkeypatch.chdir("/tmp")
+    assert main(["evaluate", str(ROOT / "targets/function/prefix_cache"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["state"] == "VALID"
+
+
 def test_cli_evaluate_candidate_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "policy.py"
     bad.write_text(
