@@ -263,15 +263,17 @@ class Evaluator(ABC):
         artifacts: dict[str, str] = {}
         metrics: dict[str, float] = {}
         last = EvalResult(CandidateState.VALID)
-        stages: tuple[Callable[[], EvalResult], ...] = (
-            lambda: self.static_check(cand_dir),
-            lambda: self.correctness(cand_dir, ctx),
-            lambda: self.performance(cand_dir, ctx),
+        stages: tuple[tuple[str, Callable[[], EvalResult]], ...] = (
+            ("static", lambda: self.static_check(cand_dir)),
+            ("correctness", lambda: self.correctness(cand_dir, ctx)),
+            ("performance", lambda: self.performance(cand_dir, ctx)),
         )
-        for stage in stages:
+        for name, stage in stages:
+            t0 = time.perf_counter()
             last = stage()
             artifacts.update(last.artifacts)
             metrics.update(last.metrics)
+            metrics[f"stage_s/{name}"] = time.perf_counter() - t0  # where the time went
             if not last.ok:
                 break
         return EvalResult(

@@ -141,15 +141,29 @@ def make_case(
     return Case(dist, tuple(inputs), params)
 
 
-def reference_output(reference: Any, init_inputs: Sequence[Any], case: Case) -> list[torch.Tensor]:
-    """The reference model's answer in float64 on the CPU, from the same rounded values."""
-    model = reference.Model(*init_inputs).double()
+def reference_output(reference: Any, init_inputs: Sequence[Any], case: Case,
+                     device: str = "cpu") -> list[torch.Tensor]:
+    """The reference model's answer in float64, from the same rounded values, computed on
+    ``device`` (the outputs stay there; :func:`compare` compares where they are). A GPU
+    that cannot (out of memory, an op without a float64 kernel) falls back to the CPU."""
+    if device != "cpu":
+        try:
+            return _reference_output(reference, init_inputs, case, device)
+        except (RuntimeError, NotImplementedError):
+            torch.cuda.empty_cache()
+    return _reference_output(reference, init_inputs, case, "cpu")
+
+
+def _reference_output(reference: Any, init_inputs: Sequence[Any], case: Case,
+                      device: str) -> list[torch.Tensor]:
+    model = reference.Model(*init_inputs).double().to(device)
     if case.params:
         model.load_state_dict(
             {k: (v.double() if v.is_floating_point() else v) for k, v in case.params.items()}
         )
     inputs = [
-        t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+        t.to(device, torch.float64) if isinstance(t, torch.Tensor) and t.is_floating_point()
+        else t.to(device) if isinstance(t, torch.Tensor) else t
         for t in case.inputs
     ]
     with torch.no_grad():

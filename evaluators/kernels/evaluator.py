@@ -34,6 +34,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,6 +153,15 @@ def _itemsize(dtype: Any) -> int:
     return int(torch.empty((), dtype=dtype).element_size())
 
 
+def _reference_device() -> str:
+    """Where the trusted side computes a GPU workload's float64 references: the GPU when
+    this process has one (a cross-entropy reference of 4096 x 128256 is tens of seconds on
+    CPU cores), else the CPU. It runs only while no candidate is being timed."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 class _CasePool:
     """One workload's validation cases for a night (see KernelEvaluator._case_pool)."""
 
@@ -160,6 +170,7 @@ class _CasePool:
         self.wid, self.folder, self.reference = wid, folder, reference
         self.args, self.init, self.param_dtype, self.draws = args, init, param_dtype, draws
         self.made: dict[int, tuple[Any, list[Any], Path]] = {}  # case, references, file
+        self.ref_device = _reference_device()
         self.params: Path | None = None
         self.meta: list[Any] = []
 
@@ -186,8 +197,8 @@ class _CasePool:
             path = self.folder / f"{self.wid}.{k}.safetensors"
             save_file({str(j): t.contiguous() for j, t in enumerate(case.inputs)
                        if isinstance(t, torch.Tensor)}, str(path))
-            self.made[k] = (case, numerics.reference_output(self.reference, self.init, case),
-                            path)
+            self.made[k] = (case, numerics.reference_output(self.reference, self.init, case,
+                                                            self.ref_device), path)
         return self.made[k]
 
 
@@ -283,6 +294,7 @@ class KernelEvaluator(Evaluator):
         cases: dict[tuple[str, str], numerics.Case] = {}
         refs: dict[tuple[str, str], list[Any]] = {}
         metas: dict[str, list[Any]] = {}
+        t_prep = time.perf_counter()
         for i, w in enumerate(self.config.workloads):
             if w.device != device:
                 continue
@@ -309,12 +321,15 @@ class KernelEvaluator(Evaluator):
         if not jobs:
             return EvalResult(CandidateState.VALID, f"no {device} workloads to check",
                               "correctness", artifacts={"validation.md": "\n".join(report)})
+        prep_s = time.perf_counter() - t_prep  # cases, references, files (the pool's first use)
+        t_call = time.perf_counter()
         call = ctx.run("evaluators.kernels.child:check", {"device": device, "workloads": jobs},
                        workdir=cand_dir)
+        call_s = time.perf_counter() - t_call
         failed = result_from_call(call, "correctness")
         if failed is not None:
             return failed
-        metrics: dict[str, float] = {}
+        metrics: dict[str, float] = {"cost_s/check_prep": prep_s, "cost_s/check_call": call_s}
         by_id = {r["id"]: r for r in call.response.get("workloads", [])}
         for job in jobs:
             wid, name = str(job["id"]), str(job["name"])
@@ -401,7 +416,8 @@ class KernelEvaluator(Evaluator):
                                           self._timing_seed + j, dtype)
                 if j:  # one parameter set per model, as in the child
                     case = numerics.Case(case.dist, case.inputs, sets[0][0].params)
-                sets.append((case, numerics.reference_output(reference, job["init"], case)))
+                sets.append((case, numerics.reference_output(reference, job["init"], case,
+                                                             _reference_device())))
             self._timing_refs[key] = sets
         return self._timing_refs[key]
 

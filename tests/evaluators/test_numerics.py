@@ -1,6 +1,7 @@
 """Floating-point validation: the checks fail the answers they exist to fail."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -107,3 +108,22 @@ def test_implausible_times_are_named():
     s = timing.summary(honest, nbytes, copy)
     assert s["frac_copy_bw"] == pytest.approx(nbytes / 0.14e-3 / 1e9 / copy)
     assert math.isclose(s["ms"], 0.14)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+def test_a_reference_computed_on_the_gpu_agrees_with_the_cpu_one():
+    import importlib.util
+
+    nm = numerics
+
+    path = Path(__file__).resolve().parents[2] / "targets/kernels/cross_entropy/reference.py"
+    spec = importlib.util.spec_from_file_location("ce_reference", path)
+    ref = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ref)
+    case = nm.make_case(ref, {"rows": 64, "vocab": 4099, "dtype": "bfloat16"},
+                        list(ref.get_init_inputs()), "normal", 7, torch.bfloat16)
+    cpu = nm.reference_output(ref, list(ref.get_init_inputs()), case)
+    gpu = nm.reference_output(ref, list(ref.get_init_inputs()), case, "cuda")
+    assert gpu[0].device.type == "cuda"
+    assert torch.allclose(gpu[0].cpu(), cpu[0], rtol=1e-12, atol=1e-12)

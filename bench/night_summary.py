@@ -1,0 +1,76 @@
+"""Per-target figures of a night from its Optuna study: candidates, states, the seed's and
+the candidates' wall time (trial start to finish, evaluation and engine work together).
+
+    python bench/night_summary.py experiments/kernels.toml [--out FILE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import optuna  # noqa: E402
+
+from optimizer.config import load_experiment  # noqa: E402
+
+
+def summarise(experiment: Path) -> dict:
+    start = experiment.resolve().parent
+    workspace = next((d for d in (start, *start.parents) if (d / ".git").exists()), Path.cwd())
+    cfg = load_experiment(experiment, workspace=workspace)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    out = {}
+    for entry in cfg.targets:
+        name = f"{cfg.name}/{entry.spec.name}"
+        try:
+            study = optuna.load_study(study_name=name, storage=cfg.optuna_storage)
+        except KeyError:
+            continue
+        rows = []
+        for t in study.trials:
+            a = t.user_attrs
+            if not a.get("candidate") or t.duration is None:
+                continue
+            rows.append({"candidate": a["candidate"], "proposer": a.get("proposer", ""),
+                         "state": a.get("state", ""), "s": t.duration.total_seconds(),
+                         "reason": str(a.get("reason", ""))[:160],
+                         "objective": (a.get("objectives") or [None])[0]})
+        seed = [r for r in rows if r["proposer"] == "seed"]
+        rest = [r for r in rows if r["proposer"] != "seed" and r["state"] != "DUPLICATE"]
+        out[entry.spec.name] = {
+            "candidates": len(rows),
+            "states": dict(collections.Counter(r["state"] for r in rows)),
+            "seed_s": seed[0]["s"] if seed else None,
+            "candidate_median_s": statistics.median(r["s"] for r in rest) if rest else None,
+            "failed_share": (sum(r["state"] == "FAILED" for r in rows) / len(rows)
+                             if rows else 0.0),
+            "rows": rows,
+        }
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("experiment", type=Path)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    data = summarise(args.experiment)
+    if args.out:
+        args.out.write_text(json.dumps(data, indent=1))
+    print(f"{'target':<16}{'cands':>6}{'seed s':>8}{'med s':>8}{'failed':>8}  states")
+    for name, d in data.items():
+        med = d["candidate_median_s"]
+        print(f"{name:<16}{d['candidates']:>6}{d['seed_s'] or 0:>8.1f}"
+              f"{med if med is not None else float('nan'):>8.1f}{d['failed_share']:>8.0%}  "
+              f"{d['states']}")
+
+
+if __name__ == "__main__":
+    main()
