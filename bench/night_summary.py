@@ -41,7 +41,9 @@ def summarise(experiment: Path) -> dict:
             rows.append({"candidate": a["candidate"], "proposer": a.get("proposer", ""),
                          "state": a.get("state", ""), "s": t.duration.total_seconds(),
                          "reason": str(a.get("reason", ""))[:160],
-                         "objective": (a.get("objectives") or [None])[0]})
+                         "objective": (a.get("objectives") or [None])[0],
+                         "cost": {k: round(v, 2) for k, v in (a.get("metrics") or {}).items()
+                                  if k.startswith(("stage_s/", "cost_s/"))}})
         seed = [r for r in rows if r["proposer"] == "seed"]
         rest = [r for r in rows if r["proposer"] != "seed" and r["state"] != "DUPLICATE"]
         out[entry.spec.name] = {
@@ -49,6 +51,10 @@ def summarise(experiment: Path) -> dict:
             "states": dict(collections.Counter(r["state"] for r in rows)),
             "seed_s": seed[0]["s"] if seed else None,
             "candidate_median_s": statistics.median(r["s"] for r in rest) if rest else None,
+            "seed_cost": seed[0]["cost"] if seed else {},
+            "candidate_median_cost": {
+                k: statistics.median(r["cost"][k] for r in rest if k in r["cost"])
+                for k in sorted({k for r in rest for k in r["cost"]})},
             "failed_share": (sum(r["state"] == "FAILED" for r in rows) / len(rows)
                              if rows else 0.0),
             "rows": rows,
@@ -70,6 +76,7 @@ def main() -> None:
         print(f"{name:<16}{d['candidates']:>6}{d['seed_s'] or 0:>8.1f}"
               f"{med if med is not None else float('nan'):>8.1f}{d['failed_share']:>8.0%}  "
               f"{d['states']}")
+        print(f"{'':<16}seed {d['seed_cost']}; candidates' median {d['candidate_median_cost']}")
 
 
 if __name__ == "__main__":
