@@ -72,11 +72,15 @@ def torch_dtype(name: str) -> torch.dtype:
 def draw(shape: Sequence[int], dtype: torch.dtype, dist: str, gen: torch.Generator) -> torch.Tensor:
     """A fresh floating tensor from ``dist`` (drawn in float32, rounded to ``dtype``)."""
     shape = tuple(int(s) for s in shape)
+    if dist == "uniform":  # the one distribution that is not built from a normal draw
+        x = torch.rand(shape, generator=gen, dtype=torch.float32) * 6.0 - 3.0
+        x = x.to(dtype)
+        if x.numel() and not bool((x != 0).any()):
+            raise AssertionError("draw produced an all-zero tensor")
+        return x
     x = torch.randn(shape, generator=gen, dtype=torch.float32)
     if dist == "normal":
         pass
-    elif dist == "uniform":
-        x = torch.rand(shape, generator=gen, dtype=torch.float32) * 6.0 - 3.0
     elif dist == "offset":
         # catches one-pass E[x^2] - E[x]^2 variance and max-free exp
         x = x * 4.0 + 300.0
@@ -107,6 +111,22 @@ class Case:
     params: Mapping[str, torch.Tensor] = field(default_factory=dict)
 
 
+def _template(reference: Any, args: Mapping[str, Any]) -> list[Any]:
+    """``reference.get_inputs(**args)``, whose floating values are redrawn anyway: on the
+    meta device (shapes and dtypes only, no values drawn) when that gives no integer
+    tensor, whose values are kept and so must be real (a cross-entropy target's labels);
+    otherwise for real. Drawing a 4096 x 128256 template cost as much as the draw itself."""
+    try:
+        with torch.device("meta"):
+            meta = list(reference.get_inputs(**args))
+    except Exception:  # noqa: BLE001 - a reference the meta device cannot run
+        meta = None
+    if meta is not None and not any(isinstance(t, torch.Tensor) and not t.is_floating_point()
+                                    and t.device.type == "meta" for t in meta):
+        return meta
+    return list(reference.get_inputs(**args))
+
+
 def make_case(
     reference: Any,
     args: Mapping[str, Any],
@@ -119,7 +139,7 @@ def make_case(
     redrawn from ``dist``; parameters of ``Model(*init_inputs)`` drawn near 1 (not exactly 1,
     so a kernel that ignores a weight fails)."""
     torch.manual_seed(seed)
-    template = list(reference.get_inputs(**args))
+    template = _template(reference, args)
     gen = torch.Generator().manual_seed(seed ^ 0x5EED)
     inputs: list[Any] = []
     for t in template:

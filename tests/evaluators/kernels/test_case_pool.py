@@ -37,3 +37,36 @@ def test_cases_are_made_once_a_night_and_drawn_per_evaluation(tmp_path):
     first = next(iter(evaluator._pools.values()))
     assert len(first.made) > 3  # later evaluations drew other cases of the pool
     assert all(p.read_bytes() != b"garbage" for _, _, p in first.made.values())
+
+
+def test_the_final_check_runs_every_case_of_the_pool(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from adversarial import CASES, CORRECT  # noqa: E402  (a test helper module)
+
+    spec = load_target(ROOT / "targets/kernels/softmax", ROOT)
+    wrong = next(src for name, _, _, src in CASES if name == "no_max_subtraction")
+    with Sandbox(SandboxSettings(timeout_s=120)) as sandbox:
+        def check(source: str, picks=None, final=False):
+            cand = tmp_path / f"cand{len(list(tmp_path.iterdir()))}"
+            cand.mkdir()
+            (cand / "kernel.py").write_text(source)
+            io = cand.with_name(cand.name + "-io")
+            io.mkdir()
+            ctx = EvalContext(sandbox, seed=1, scratch=tmp_path / "s", io_dir=io,
+                              device="cpu", timeout_s=120, cache_dir=tmp_path / "cache")
+            if final:
+                return evaluator.final_check(cand, ctx)
+            return evaluator.correctness(cand, ctx, picks=picks)
+
+        evaluator = KernelEvaluator(spec)
+        dists = list(evaluator.config.distributions)
+        mild = tuple(dists.index(d) for d in ("normal", "uniform", "negative"))
+        # wrong only where exp overflows without the row maximum (offset, wide inputs):
+        # three mild distributions pass it, the final check over all six does not
+        assert check(wrong, picks=mild).state is CandidateState.VALID
+        final = check(wrong, final=True)
+        assert final.state is CandidateState.INVALID and "final check" in final.reason
+        ok = check(CORRECT, final=True)
+        assert ok.state is CandidateState.VALID and f"all {len(dists)}" in ok.reason
