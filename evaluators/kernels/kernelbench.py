@@ -3,10 +3,15 @@
 A KernelBench problem defines ``Model`` (the reference), ``get_inputs()`` and
 ``get_init_inputs()``. ``import_kernelbench`` writes::
 
-    <dest_dir>/<name>/reference.py   the problem file, unchanged (trusted)
+    <dest_dir>/<name>/reference.py   the problem file (trusted), with a size-override
+                                     wrapper around get_inputs appended when the CPU
+                                     workload needs one
     <dest_dir>/<name>/target.toml    kind "kernel", one GPU workload (the problem's own
-                                     inputs), a CPU workload when the inputs are small enough
-                                     for the Triton interpreter, default tolerances
+                                     inputs), a CPU workload for the Triton interpreter:
+                                     the problem's inputs when they are small enough, else
+                                     its module-level size constants reduced (halving the
+                                     largest until the inputs fit), else none, and then the
+                                     file and the command say so; default tolerances
     <dest_dir>/<name>/kernel.py      a STARTING POINT: the reference's ops renamed ModelNew,
                                      inside an EVOLVE-BLOCK. The static check rejects it
                                      (torch compute, no Triton kernel) until it is rewritten
@@ -104,6 +109,92 @@ def _seed_source(source: str, problem: str) -> str:
     return head + "# EVOLVE-BLOCK-START\n" + body + "\n# EVOLVE-BLOCK-END\n"
 
 
+SIZE_WRAPPER = '''
+
+# -- appended by `optimizer import-kernelbench`: the CPU workload's smaller sizes ----------
+# get_inputs(**sizes) sets the problem's module-level size constants for the call only.
+_kernelbench_get_inputs = get_inputs
+
+
+def get_inputs(**sizes):
+    saved = {name: globals()[name] for name in sizes}
+    globals().update(sizes)
+    try:
+        return _kernelbench_get_inputs()
+    finally:
+        globals().update(saved)
+'''
+
+
+def _elements(inputs: list[Any]) -> int:
+    import torch
+
+    return sum(t.numel() for t in inputs if isinstance(t, torch.Tensor))
+
+
+def _size_constants(source: str) -> dict[str, int]:
+    """Module-level ``NAME = <int>`` assignments above 1 (KernelBench's batch_size, dim...)."""
+    out = {}
+    for node in ast.parse(source).body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Constant) and type(node.value.value) is int
+                and node.value.value > 1):
+            out[node.targets[0].id] = node.value.value
+    return out
+
+
+def _with_sizes(mod: Any, sizes: dict[str, int], fn: Any) -> Any:
+    saved = {k: getattr(mod, k) for k in sizes}
+    mod.__dict__.update(sizes)
+    try:
+        return fn()
+    finally:
+        mod.__dict__.update(saved)
+
+
+def _reduced_sizes(mod: Any, source: str) -> tuple[dict[str, int], list[Any]] | str:
+    """Size constants that bring the inputs under CPU_MAX_ELEMENTS (the largest halved, one
+    at a time) and the constructor arguments at those sizes, or why there are none."""
+    consts = _size_constants(source)
+    if not consts:
+        return "its input shapes are not module-level size constants"
+    sizes = dict(consts)
+    for _ in range(256):
+        try:
+            inputs = list(_with_sizes(mod, sizes, mod.get_inputs))
+        except Exception as exc:  # noqa: BLE001 - the problem's own code at other sizes
+            return f"get_inputs() raised {type(exc).__name__} at sizes {sizes}: {exc}"
+        if _elements(inputs) <= CPU_MAX_ELEMENTS:
+            changed = {k: v for k, v in sizes.items() if v != consts[k]}
+            init = list(_with_sizes(mod, sizes, mod.get_init_inputs))
+            return changed, init
+        largest = max(sizes, key=lambda k: sizes[k])
+        if sizes[largest] <= 1:
+            break
+        sizes[largest] //= 2
+    return "no smaller sizes of its constants bring the inputs under the CPU limit"
+
+
+def _check_reduced(folder: Path, sizes: dict[str, int], init: list[Any]) -> str:
+    """Run the written reference at the reduced sizes as the evaluator will; '' if it ran."""
+    import torch
+
+    spec = importlib.util.spec_from_file_location(f"_kb_check_{abs(hash(folder))}",
+                                                  folder / "reference.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(mod)
+        inputs = list(mod.get_inputs(**sizes))
+        with torch.no_grad():
+            mod.Model(*init)(*inputs)
+    except Exception as exc:  # noqa: BLE001 - the problem's own code at other sizes
+        return (f"the reference fails at the reduced sizes {sizes} "
+                f"({type(exc).__name__}: {exc}); its model reads sizes of its own")
+    return ""
+
+
 def _toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -157,9 +248,22 @@ def import_kernelbench(problem_file: Path, dest_dir: Path, name: str | None = No
     description = (doc + "\n" if doc else "") + (
         f"Imported from KernelBench problem {problem_file.name}; inputs: {'; '.join(shapes)}."
     )
-    workloads = [("kernelbench", "cuda")]
+    workloads: list[tuple[str, str, dict[str, int], list[Any]]] = [
+        ("kernelbench", "cuda", {}, init)]
+    no_cpu = ""
+    reduced: dict[str, int] = {}
     if elements <= CPU_MAX_ELEMENTS:
-        workloads.append(("kernelbench-cpu", "cpu"))
+        workloads.append(("kernelbench-cpu", "cpu", {}, init))
+    else:
+        found = _reduced_sizes(mod, source)
+        if isinstance(found, str):
+            no_cpu = found
+        else:
+            reduced, cpu_init = found
+            if not all(isinstance(v, bool | int | float | str) for v in cpu_init):
+                no_cpu = "get_init_inputs() at the reduced sizes is not numbers or strings"
+            else:
+                workloads.append(("kernelbench-cpu-reduced", "cpu", reduced, cpu_init))
     lines = [
         f'name = "{name}"',
         'kind = "kernel"',
@@ -174,19 +278,28 @@ def import_kernelbench(problem_file: Path, dest_dir: Path, name: str | None = No
         "# large offsets and masks are left out: they are not valid for every problem",
         'distributions = ["normal", "uniform", "wide", "negative"]',
     ]
-    for wname, device in workloads:
+    for wname, device, args, winit in workloads:
         lines += [
             "",
             "[[evaluator.workloads]]",
             f'name = "{wname}"',
             f'device = "{device}"',
-            "args = {}",
-            f"init = {_toml_value(init)}",
+            "args = {" + ", ".join(f"{k} = {v}" for k, v in args.items()) + "}",
+            f"init = {_toml_value(winit)}",
         ]
         if float_dtypes == {"bfloat16"} and device == "cpu":
             lines.append('skip = "bf16 inputs: checked natively on the GPU"')
     folder.mkdir(parents=True)
-    (folder / "reference.py").write_text(source)
+    (folder / "reference.py").write_text(source + (SIZE_WRAPPER if reduced else ""))
+    if reduced:
+        why = _check_reduced(folder, reduced, workloads[-1][3])
+        if why:  # back to the GPU workload alone, the problem file as it was
+            no_cpu, workloads = why, workloads[:1]
+            (folder / "reference.py").write_text(source)
+            cut = lines.index('name = "kernelbench-cpu-reduced"') - 2
+            lines = lines[:cut]
+    if no_cpu:
+        lines += ["", f"# no CPU workload: {no_cpu}; without a GPU nothing of it is checked"]
     (folder / "target.toml").write_text("\n".join(lines) + "\n")
     (folder / "kernel.py").write_text(_seed_source(source, problem_file.name))
     return folder
@@ -208,6 +321,10 @@ def _run(args: Any) -> int:
         raise ConfigError(f"{args.file}: no such KernelBench problem file")
     folder = import_kernelbench(args.file, args.dest, args.name)
     print(f'target written to {folder}; add it to an experiment with [[targets]] path = "{folder}"')
+    note = next((line for line in (folder / "target.toml").read_text().splitlines()
+                 if line.startswith("# no CPU workload")), "")
+    if note:
+        print(note.removeprefix("# ").replace("; without", ":\nwithout"))
     return 0
 
 

@@ -2,6 +2,7 @@
 as a starting point, and a Triton rewrite of it passes the CPU checks."""
 
 import textwrap
+import tomllib
 
 import pytest
 
@@ -105,21 +106,59 @@ def test_a_file_without_the_kernelbench_functions_is_refused(tmp_path):
         import_kernelbench(bad, tmp_path / "out")
 
 
-def test_a_verdict_without_a_gpu_says_when_nothing_was_checked(tmp_path):
-    """A problem too large for the CPU interpreter gets a GPU workload only: on a machine
-    without a GPU the verdict must not claim a correctness check that did not run, even for
-    a rewrite that is plainly wrong (here it drops the ReLU)."""
+def _evaluate(folder, tmp_path):
+    spec = load_target(folder, tmp_path)
+    io = tmp_path / f"io-{len(list(tmp_path.glob('io-*')))}"
+    io.mkdir()
+    ctx = EvalContext(Sandbox(), seed=20261130, scratch=tmp_path, io_dir=io)
+    return KernelEvaluator(spec).evaluate(folder, ctx)
+
+
+def test_a_verdict_without_a_gpu_says_when_nothing_was_checked(tmp_path, capsys):
+    """A problem too large for the CPU interpreter whose shapes are not size constants gets
+    a GPU workload only: on a machine without a GPU the verdict must not claim a
+    correctness check that did not run, even for a rewrite that is plainly wrong (here it
+    drops the ReLU)."""
+    problem = tmp_path / "big_relu.py"
+    problem.write_text(PROBLEM.replace("torch.randn(batch_size, dim)", "torch.randn(16, 100000)")
+                       .replace("batch_size = 16\ndim = 1000\n", ""))
+    folder = import_kernelbench(problem, tmp_path / "targets", name="big_relu")
+    toml = (folder / "target.toml").read_text()
+    assert "kernelbench-cpu" not in toml
+    assert "# no CPU workload: its input shapes are not module-level size constants" in toml
+    (folder / "kernel.py").write_text(TRITON_REWRITE.replace("tl.maximum(x, 0.0)", "x"))
+    res = _evaluate(folder, tmp_path)
+    assert res.state.value == "PRUNED" and res.reason == NO_GPU_UNCHECKED, res.reason
+    assert "verified" not in res.reason
+
+
+def test_a_large_problem_gets_a_cpu_workload_at_reduced_sizes(tmp_path):
+    """batch_size x dim = 1.6 M elements: dim is halved until the input fits the CPU limit,
+    and the reduced workload checks a rewrite on the CPU: the wrong one is caught."""
     problem = tmp_path / "big_relu.py"
     problem.write_text(PROBLEM.replace("dim = 1000", "dim = 100000"))
     folder = import_kernelbench(problem, tmp_path / "targets", name="big_relu")
+    data = tomllib.loads((folder / "target.toml").read_text())
+    cpu = [w for w in data["evaluator"]["workloads"] if w["device"] == "cpu"]
+    assert cpu and cpu[0]["args"] == {"dim": 3125}  # 16 x 3125 <= 65536 elements
+    gpu = [w for w in data["evaluator"]["workloads"] if w["device"] == "cuda"]
+    assert gpu[0]["args"] == {}  # the problem's own sizes on the GPU
     (folder / "kernel.py").write_text(TRITON_REWRITE.replace("tl.maximum(x, 0.0)", "x"))
-    spec = load_target(folder, tmp_path)
-    io = tmp_path / "io"
-    io.mkdir()
-    ctx = EvalContext(Sandbox(), seed=20261130, scratch=tmp_path, io_dir=io)
-    res = KernelEvaluator(spec).evaluate(folder, ctx)
-    assert res.state.value == "PRUNED" and res.reason == NO_GPU_UNCHECKED, res.reason
-    assert "verified" not in res.reason
+    wrong = _evaluate(folder, tmp_path)
+    assert wrong.state.value == "INVALID", wrong.reason
+    (folder / "kernel.py").write_text(TRITON_REWRITE)
+    right = _evaluate(folder, tmp_path)
+    assert right.state.value == "PRUNED" and right.reason == NO_GPU, right.reason
+
+
+def test_a_model_that_reads_the_sizes_itself_gets_no_reduced_workload(tmp_path):
+    problem = tmp_path / "global_dim.py"
+    problem.write_text(PROBLEM.replace("dim = 1000", "dim = 100000").replace(
+        "return torch.relu(x) * self.scale", "return torch.relu(x.view(-1, dim)) * self.scale"))
+    folder = import_kernelbench(problem, tmp_path / "targets", name="global_dim")
+    toml = (folder / "target.toml").read_text()
+    assert "kernelbench-cpu" not in toml and "reads sizes of its own" in toml
+    assert (folder / "reference.py").read_text() == problem.read_text()
 
 
 @pytest.mark.parametrize(("source", "needle"), [
