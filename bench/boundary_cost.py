@@ -37,12 +37,42 @@ def _pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
+def raw_round_trip_us(n: int) -> tuple[float, float]:
+    """A 5-byte ping-pong over a bare socketpair with a forked echo process (no sandbox,
+    no framing): what the machine's scheduler and sockets cost at this moment."""
+    import socket
+
+    a, b = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:  # the echo
+        a.close()
+        buf = bytearray(1 << 16)
+        while True:
+            k = b.recv_into(buf)
+            if k == 0:
+                os._exit(0)
+            b.sendall(memoryview(buf)[:k])
+    b.close()
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        a.sendall(b"hello")
+        a.recv(64)
+        times.append(time.perf_counter() - t0)
+    a.close()
+    os.waitpid(pid, 0)
+    return statistics.median(times) * 1e6, _pct(times, 0.9) * 1e6
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path)
     ap.add_argument("--calls", type=int, default=2000)
     args = ap.parse_args()
     rows = []
+    raw_before = raw_round_trip_us(args.calls)
+    print(f"{'bare socketpair (reference)':34s} median {raw_before[0]:9.1f} us  "
+          f"p90 {raw_before[1]:9.1f} us", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "worktrees"
         (root / "c").mkdir(parents=True)
@@ -81,8 +111,12 @@ def main() -> int:
                     print(f"{name:34s} median {row['median_us']:9.1f} us  "
                           f"p90 {row['p90_us']:9.1f} us  (in process "
                           f"{row['in_process_us']:.2f} us)", flush=True)
+    raw_after = raw_round_trip_us(args.calls)
+    print(f"{'bare socketpair, again':34s} median {raw_after[0]:9.1f} us  "
+          f"p90 {raw_after[1]:9.1f} us", flush=True)
     if args.out:
         args.out.write_text(json.dumps({
+            "bare_socketpair_us": {"before": raw_before, "after": raw_after},
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
                        f"{platform.python_version()}",
             "isolation": isolation, "date": datetime.date.today().isoformat(),
