@@ -341,17 +341,18 @@ def test_a_policy_that_raises_is_failed_with_the_request_named(tmp_path, sandbox
 
 def test_load_on_the_machine_does_not_count_against_the_policy(tmp_path, sandbox):
     # three busy processes on the cores the policy and the simulator share: the decision
-    # time is the policy process's own CPU time, so the seed keeps the 1 ms bound
+    # time is the policy process's own CPU time, so the seed (p99 0.2-0.5 ms of CPU here)
+    # keeps a 2 ms bound that its round trips, less this side's waits, break under load
     import subprocess
     import sys
 
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
     try:
-        ev, res, _, _ = run(tmp_path, sandbox, SEED, spec(tmp_path, max_decision_ms=1.0))
+        ev, res, _, _ = run(tmp_path, sandbox, SEED, spec(tmp_path, max_decision_ms=2.0))
     finally:
         for p in busy:
             p.kill()
             p.wait()
     assert res.state is CandidateState.VALID, res.reason
     text = res.artifacts["decision_times.txt"]
-    assert "CPU time in each request" in text and res.metrics["decision_p99_ms"] < 1.0
+    assert "CPU time in each request" in text and res.metrics["decision_p99_ms"] < 2.0
