@@ -342,7 +342,7 @@ def test_a_policy_that_raises_is_failed_with_the_request_named(tmp_path, sandbox
 def test_load_on_the_machine_does_not_count_against_the_policy(tmp_path, sandbox):
     # three busy processes on the cores the policy and the simulator share: the decision
     # time is the policy process's own CPU time, so the seed (p99 0.2-0.5 ms of CPU here)
-    # keeps a 2 ms bound that its round trips, less this side's waits, break under load
+    # keeps a 2 ms bound however long its round trips take
     import subprocess
     import sys
 
