@@ -19,14 +19,13 @@ process did nothing the CPU time would miss, and that is checked:
   imported) and its other threads used no CPU over the run (``/proc/<pid>/stat``, all
   threads, against the main thread's schedstat);
 - no waiting inside a decision (sleeping, blocking reads, locks): the transport blocks
-  the process once or twice per request (it waits for the next request, and is woken
-  once more when its answer is read: 1.96-1.99 voluntary context switches per request
-  measured for the seeds), so the main thread's voluntary switches over the run
-  (``/proc/<pid>/status``) beyond two per request are waits of the policy's own; as many
-  decisions as there were such waits, the slowest by the clock, are timed by the clock
-  instead. A policy that waits in every decision is timed by the clock (a 10 ms sleep
-  per decision is INVALID, tested); one that waits in a few percent of its decisions can
-  hide those waits in the transport's count: the bound is on the work a decision does.
+  the process once per request (it waits in poll for the next one; 1.00 voluntary context
+  switches per request measured for the seeds, where a wait in recv made it 1.96-1.99: the
+  harness reading an answer woke it once more), so the main thread's voluntary switches
+  over the run (``/proc/<pid>/status``) beyond one per request are waits of the policy's
+  own; as many decisions as there were such waits, the slowest by the clock, are timed by
+  the clock instead (a policy that sleeps in every decision, or in 5% of them, is INVALID;
+  tested).
 
 Otherwise (not confined, or other threads worked) every decision is timed by the clock:
 the perf_counter time around ``session.request`` less this thread's run-queue wait (the
@@ -58,7 +57,7 @@ from optimizer.records import CandidateState
 _perf = time.perf_counter
 _TICKS = os.sysconf("SC_CLK_TCK")
 _CPU_SLACK_S = 2.0 / _TICKS  # /proc/<pid>/stat counts clock ticks: two readings
-_TRANSPORT_BLOCKS = 2  # voluntary context switches of the child per request, at most
+_TRANSPORT_BLOCKS = 1  # voluntary context switches of the child per request, at most
 
 
 class PolicyStopped(Exception):

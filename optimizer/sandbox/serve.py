@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import select
 import socket
 import struct
 import sys
@@ -69,7 +70,13 @@ def serve(entry: str, payload: dict[str, Any], io_dir: Path, channel_fd: int) ->
         return {"served": 0, "error": f"{type(exc).__name__}: {exc}"}
     channel.send(sock, {"ready": True})
     served = 0
+    # Wait for each request in poll, not in recv: a thread asleep in recv on a Unix socket
+    # is also woken when the harness reads the answer it sent (the socket's send space comes
+    # back), a spurious wake-up and context switch per request; poll wakes for input only.
+    waiting = select.poll()
+    waiting.register(sock, select.POLLIN)
     while True:
+        waiting.poll()
         try:
             request = channel.recv(sock, shm_in)
         except channel.ChannelClosed:
