@@ -273,7 +273,8 @@ class Evaluator(ABC):
             last = stage()
             artifacts.update(last.artifacts)
             metrics.update(last.metrics)
-            metrics[f"stage_s/{name}"] = time.perf_counter() - t0  # where the time went
+            # where the time went (records.COST_METRIC_PREFIXES: kept out of prompts)
+            metrics[f"stage_s/{name}"] = time.perf_counter() - t0
             if not last.ok:
                 break
         return EvalResult(

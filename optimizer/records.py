@@ -15,6 +15,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+# Metrics that say where an evaluation's time went (``stage_s/<stage>`` for every kind, a
+# kind's own ``cost_s/<part>``): recorded with the run, kept out of prompts and pull texts,
+# where they would read as properties of the program.
+COST_METRIC_PREFIXES = ("stage_s/", "cost_s/")
+
+
+def program_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
+    """``metrics`` without the evaluation's cost accounting."""
+    return {k: v for k, v in metrics.items() if not k.startswith(COST_METRIC_PREFIXES)}
+
 
 class CandidateState(enum.Enum):
     """Life cycle of a candidate (like Optuna's TrialState, with reasons kept elsewhere)."""

@@ -20,7 +20,7 @@ from optimizer.archive import Archive
 from optimizer.evaluation import device_for, fresh_context
 from optimizer.minimize import Evaluate, Gate, reduce
 from optimizer.night import Run
-from optimizer.records import ArchiveEntry, CandidateRecord
+from optimizer.records import ArchiveEntry, CandidateRecord, program_metrics
 from optimizer.sandbox import Sandbox
 from optimizer.targets import TargetSpec
 
@@ -199,6 +199,7 @@ def _metric_lines(seed: Mapping[str, float], cand: Mapping[str, float]) -> list[
     def fmt(v: float | None) -> str:
         return "-" if v is None else f"{v:.6g}"
 
+    seed, cand = program_metrics(seed), program_metrics(cand)
     return [
         f"- {name}: {fmt(seed.get(name))} -> {fmt(cand.get(name))}"
         for name in sorted(set(seed) | set(cand))

@@ -20,7 +20,7 @@ from optimizer.config import LLMConfig
 from optimizer.edits import apply_edits, parse_edits
 from optimizer.errors import EditError
 from optimizer.proposers._base import ProposalContext
-from optimizer.records import ArchiveEntry, CandidateState
+from optimizer.records import ArchiveEntry, CandidateState, program_metrics
 from optimizer.targets import TargetSpec
 
 DIFF_SHARE = 0.6  # a parent's diff against the seed replaces its files up to this share
@@ -104,7 +104,7 @@ def system_prompt(
             + "\n"
         )
     if seed is not None and seed.metrics:
-        target_text += f"\nThe seed as measured: {_numbers(seed.metrics)}."
+        target_text += f"\nThe seed as measured: {_numbers(program_metrics(seed.metrics))}."
         if seed.knobs:
             target_text += f" Knob values: {_numbers(seed.knobs)}."
         target_text += "\n"
@@ -226,14 +226,14 @@ def _feedback_item(e: ArchiveEntry, limit: int) -> str:
     if e.reason:
         item.append(f"Reason: {_clip(e.reason, limit)}")
     if e.metrics:
-        item.append(f"Metrics: {_numbers(e.metrics)}")
+        item.append(f"Metrics: {_numbers(program_metrics(e.metrics))}")
     if e.state is not CandidateState.VALID:  # the validation report or log says why
         item += [f"{name}:\n{_clip(text, limit)}" for name, text in sorted(e.artifacts.items())]
     return "\n".join(item)
 
 
 def _parent_text(parent: ArchiveEntry) -> str:
-    lines = [f"State: {parent.state.value}. Metrics: {_numbers(parent.metrics)}."]
+    lines = [f"State: {parent.state.value}. Metrics: {_numbers(program_metrics(parent.metrics))}."]
     if parent.knobs:
         lines.append(f"Knob values it was measured with: {_numbers(parent.knobs)}.")
     if parent.summary:
@@ -318,8 +318,8 @@ def _parent_code(files: Mapping[str, str], seed: Mapping[str, str]) -> str:
 def _inspiration_item(e: ArchiveEntry, seed: Mapping[str, str], limit: int) -> str:
     # A diff against the seed, not the parent, so that its text does not depend on the parent.
     return (
-        f"## {_entry_line(e)}\nMetrics: {_numbers(e.metrics)}. Its code, as a diff against the "
-        f"seed:\n{_diff(seed, e.files, limit)}"
+        f"## {_entry_line(e)}\nMetrics: {_numbers(program_metrics(e.metrics))}. Its code, as a "
+        f"diff against the seed:\n{_diff(seed, e.files, limit)}"
     )
 
 

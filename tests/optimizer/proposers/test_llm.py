@@ -421,3 +421,18 @@ def test_prompt_names_stay_importable_from_llm() -> None:
                  "feedback_window", "render_messages", "DIFF_SHARE"):  # fmt: skip
         assert getattr(llm, name) is getattr(prompt, name), name
     assert set(llm.__all__) <= set(dir(llm))
+
+
+def test_where_an_evaluation_spent_its_time_stays_out_of_prompts_and_pull_texts(
+    tmp_path: Path,
+) -> None:
+    from optimizer.records import ArchiveEntry, CandidateState
+    from optimizer.winners import _metric_lines
+
+    metrics = {"time_s": 0.25, "stage_s/correctness": 3.5, "cost_s/check_call": 1.25}
+    seed = ArchiveEntry(id="c0001", parent_id=None, files={"program.py": PROGRAM}, knobs={},
+                        state=CandidateState.VALID, objectives=(0.25,), metrics=metrics)
+    text = system_prompt(_target(tmp_path), {"program.py": PROGRAM}, seed=seed)
+    assert "time_s=0.25" in text and "stage_s" not in text and "cost_s" not in text
+    lines = _metric_lines(metrics, {**metrics, "time_s": 0.125})
+    assert lines == ["- time_s: 0.25 -> 0.125"]
