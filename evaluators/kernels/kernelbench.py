@@ -264,6 +264,13 @@ def import_kernelbench(problem_file: Path, dest_dir: Path, name: str | None = No
                 no_cpu = "get_init_inputs() at the reduced sizes is not numbers or strings"
             else:
                 workloads.append(("kernelbench-cpu-reduced", "cpu", reduced, cpu_init))
+    folder.mkdir(parents=True)
+    (folder / "reference.py").write_text(source + (SIZE_WRAPPER if reduced else ""))
+    if reduced:
+        why = _check_reduced(folder, reduced, cpu_init)
+        if why:  # back to the GPU workload alone, the problem file as it was
+            no_cpu, workloads, reduced = why, workloads[:1], {}
+            (folder / "reference.py").write_text(source)
     lines = [
         f'name = "{name}"',
         'kind = "kernel"',
@@ -289,15 +296,6 @@ def import_kernelbench(problem_file: Path, dest_dir: Path, name: str | None = No
         ]
         if float_dtypes == {"bfloat16"} and device == "cpu":
             lines.append('skip = "bf16 inputs: checked natively on the GPU"')
-    folder.mkdir(parents=True)
-    (folder / "reference.py").write_text(source + (SIZE_WRAPPER if reduced else ""))
-    if reduced:
-        why = _check_reduced(folder, reduced, workloads[-1][3])
-        if why:  # back to the GPU workload alone, the problem file as it was
-            no_cpu, workloads = why, workloads[:1]
-            (folder / "reference.py").write_text(source)
-            cut = lines.index('name = "kernelbench-cpu-reduced"') - 2
-            lines = lines[:cut]
     if no_cpu:
         lines += ["", f"# no CPU workload: {no_cpu}; without a GPU nothing of it is checked"]
     (folder / "target.toml").write_text("\n".join(lines) + "\n")
