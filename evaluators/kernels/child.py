@@ -3,6 +3,10 @@
 ``check(payload, io_dir)``  runs the candidate on inputs the trusted side wrote, with outputs
 poisoned, and writes outputs (and inputs as they were after the call) back for comparison.
 ``time_kernels(payload, io_dir)`` times candidate (and optionally baseline) on the GPU.
+``session(payload, io_dir)`` is both for one evaluation in one process (a sandbox session:
+``{"op": "check", ...}`` then ``{"op": "time", ...}``): the candidate is imported, and its
+kernels compiled, once; two processes cost a GPU evaluation a second CUDA start, import and
+compilation of every specialisation.
 
 Nothing here decides correctness: the trusted side compares. Without CUDA, Triton runs in
 its interpreter: ``TRITON_INTERPRET=1`` is set before triton or the candidate is imported.
@@ -41,12 +45,22 @@ def _load(module_file: Path, name: str) -> Any:
     return mod
 
 
+class _Poison:
+    """Whether fresh allocations are poisoned now: during checked calls, not timed ones."""
+
+    on = True
+
+
 def _install_poison(torch: Any) -> None:
-    """Every torch.empty*/new_empty returns NaN (floats) or the max integer: memory a kernel
-    never writes, or reads before writing, is visible in the output."""
+    """Every torch.empty*/new_empty returns NaN (floats) or the max integer while
+    ``_Poison.on``: memory a kernel never writes, or reads before writing, is visible in
+    the output. Installed before the candidate is imported, so every route to the
+    allocators is the wrapped one."""
+    if getattr(torch.empty, "_poisoned", False):
+        return
 
     def fill(t: Any) -> Any:
-        if isinstance(t, torch.Tensor) and t.numel():
+        if _Poison.on and isinstance(t, torch.Tensor) and t.numel():
             with torch.no_grad():
                 if t.is_floating_point():
                     t.fill_(float("nan"))
@@ -58,6 +72,7 @@ def _install_poison(torch: Any) -> None:
         def poisoned(*args: Any, **kwargs: Any) -> Any:
             return fill(fn(*args, **kwargs))
 
+        poisoned._poisoned = True  # type: ignore[attr-defined]
         return poisoned
 
     for name in ("empty", "empty_like", "empty_strided"):
@@ -104,23 +119,40 @@ def _storage_problems(torch: Any, outs: list, inputs: list, earlier: list, devic
     return problems
 
 
-def check(payload: dict, io_dir: Path) -> dict:
+class _Candidate:
+    """The candidate's module, imported once per process after the trip wires are set."""
+
+    def __init__(self, device: str, module: str):
+        self.torch = torch = _setup(device)
+        _install_poison(torch)
+        from evaluators.kernels.audit import install_tripwires, triton_launch_codes
+
+        # before the candidate is imported: it must not capture the real mode-popping
+        # functions, nor patch or shadow triton's launch code
+        self.launch_codes = triton_launch_codes()
+        install_tripwires()
+        self.mod = _load(Path.cwd() / module, "candidate_kernel")
+
+
+def check(payload: dict, io_dir: Path, cand: _Candidate | None = None) -> dict:
+    cand = cand or _Candidate(payload["device"], payload.get("module", "kernel.py"))
+    if not hasattr(cand.mod, "ModelNew"):
+        return {"error": "kernel.py defines no ModelNew class"}
+    _Poison.on = True
+    try:
+        return _check(payload, io_dir, cand)
+    finally:
+        _Poison.on = False
+
+
+def _check(payload: dict, io_dir: Path, cand: _Candidate) -> dict:
     device = payload["device"]
-    torch = _setup(device)
+    torch, mod, launch_codes = cand.torch, cand.mod, cand.launch_codes
     from safetensors.torch import load_file, save_file
 
+    from evaluators.kernels.audit import ForwardAudit
     from evaluators.numerics import as_list
 
-    _install_poison(torch)
-    from evaluators.kernels.audit import ForwardAudit, install_tripwires, triton_launch_codes
-
-    # before the candidate is imported: it must not capture the real mode-popping functions,
-    # nor patch or shadow triton's launch code
-    launch_codes = triton_launch_codes()
-    install_tripwires()
-    mod = _load(Path.cwd() / payload.get("module", "kernel.py"), "candidate_kernel")
-    if not hasattr(mod, "ModelNew"):
-        return {"error": "kernel.py defines no ModelNew class"}
     results = []
     for w in payload["workloads"]:
         wid = w["id"]
@@ -186,7 +218,7 @@ def check(payload: dict, io_dir: Path) -> dict:
     return {"workloads": results}
 
 
-def time_kernels(payload: dict, io_dir: Path) -> dict:
+def time_kernels(payload: dict, io_dir: Path, cand_mod: Any = None) -> dict:
     """Interleaved CUDA-event timing of the candidate (cwd) and, if given, a baseline folder."""
     torch = _setup("cuda")
     if not torch.cuda.is_available():
@@ -195,8 +227,9 @@ def time_kernels(payload: dict, io_dir: Path) -> dict:
     from evaluators.numerics import make_case
 
     reference = _load(Path(payload["reference"]), "trusted_reference")
-    cand = _load(Path.cwd() / payload.get("module", "kernel.py"), "candidate_kernel")
-    impls = {"candidate": cand}
+    if cand_mod is None:
+        cand_mod = _load(Path.cwd() / payload.get("module", "kernel.py"), "candidate_kernel")
+    impls = {"candidate": cand_mod}
     if payload.get("baseline_dir"):
         impls["baseline"] = _load(
             Path(payload["baseline_dir"]) / payload.get("module", "kernel.py"), "baseline_kernel"
@@ -216,9 +249,10 @@ def time_kernels(payload: dict, io_dir: Path) -> dict:
         # sample of timed outputs and every set again after the timing.
         sets = []
         for j, dist in enumerate(w["dists"]):
-            case = make_case(reference, w["args"], w["init"], dist, payload["seed"] + j, dtype)
-            sets.append([t.to("cuda") if isinstance(t, torch.Tensor) else t
-                         for t in case.inputs])
+            # on the GPU, as the trusted side draws them for their references
+            case = make_case(reference, w["args"], w["init"], dist, payload["seed"] + j, dtype,
+                             "cuda")
+            sets.append(list(case.inputs))
             if j == 0:
                 params = case.params
         rotating = {}
@@ -251,6 +285,27 @@ def time_kernels(payload: dict, io_dir: Path) -> dict:
         out["workloads"].append({"id": w["id"], "blocks": blocks, "captured": captured,
                                  "after": after})
     return out
+
+
+class _Session:
+    """One evaluation's requests in one process (see the module docstring)."""
+
+    def __init__(self, payload: dict, io_dir: Path):
+        self.io_dir = io_dir
+        self.cand = _Candidate(payload["device"], payload.get("module", "kernel.py"))
+
+    def handle(self, request: dict) -> dict:
+        op = request.get("op")
+        if op == "check":
+            return check(request["payload"], self.io_dir, self.cand)
+        if op == "time":
+            return time_kernels(request["payload"], self.io_dir, self.cand.mod)
+        raise ValueError(f"unknown request {op!r}")
+
+
+def session(payload: dict, io_dir: Path) -> _Session:
+    """The handler of a kernel evaluation's session (optimizer.sandbox.serve)."""
+    return _Session(payload, io_dir)
 
 
 class _Rotating:

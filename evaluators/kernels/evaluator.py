@@ -185,27 +185,40 @@ class _CasePool:
 
             dist, seed = self.draws[k]
             case = numerics.make_case(self.reference, self.args, self.init, dist, seed,
-                                      self.param_dtype)
+                                      self.param_dtype, self.ref_device)
             if self.made:  # one parameter set per model: every case shares the first's
                 first = next(iter(self.made.values()))[0]
                 case = numerics.Case(case.dist, case.inputs, first.params)
             else:
                 self.params = self.folder / f"{self.wid}.params.safetensors"
-                save_file({n: v.contiguous() for n, v in case.params.items()},
+                save_file({n: v.contiguous().cpu() for n, v in case.params.items()},
                           str(self.params))
                 self.meta = numerics.expected_meta(self.reference, self.init, case)
             path = self.folder / f"{self.wid}.{k}.safetensors"
-            save_file({str(j): t.contiguous() for j, t in enumerate(case.inputs)
+            save_file({str(j): t.contiguous().cpu() for j, t in enumerate(case.inputs)
                        if isinstance(t, torch.Tensor)}, str(path))
             self.made[k] = (case, numerics.reference_output(self.reference, self.init, case,
                                                             self.ref_device), path)
         return self.made[k]
 
 
+@dataclass(frozen=True)
+class _Answer:
+    """A session request's outcome, read like a sandbox call's (``result_from_call``)."""
+
+    response: dict | None
+    timed_out: bool
+    error: str
+    wall_s: float = 0.0
+    stderr: str = ""
+
+
 class KernelEvaluator(Evaluator):
     kind: ClassVar[str] = "kernel"
     preload: ClassVar[tuple[str, ...]] = ("torch", "triton")
     uses_gpu: ClassVar[bool] = True
+    # where an evaluation's calls share one process (on the CPU there is one call)
+    session_devices: tuple[str, ...] = ("cuda",)
 
     def __init__(self, target: Any):
         super().__init__(target)
@@ -220,6 +233,43 @@ class KernelEvaluator(Evaluator):
         self._timing_refs: dict[str, list[tuple[Any, list[Any]]]] = {}
         self._pools: dict[str, _CasePool] = {}
         self._pool_dir: Path | None = None
+        # evaluations under way (id of their context) and the session each opened
+        self._sessions: dict[int, Any] = {}
+
+    def evaluate(self, cand_dir: Path, ctx: EvalContext) -> EvalResult:
+        """The stages, with the candidate's sandboxed calls on a GPU made in one process
+        (a session opened at the first call): one CUDA start, import and compilation per
+        candidate instead of one per stage."""
+        if _device_kind(ctx.device) not in self.session_devices:
+            return super().evaluate(cand_dir, ctx)
+        self._sessions[id(ctx)] = None
+        try:
+            return super().evaluate(cand_dir, ctx)
+        finally:
+            session = self._sessions.pop(id(ctx), None)
+            if session is not None:
+                session.close()
+
+    def _call(self, ctx: EvalContext, cand_dir: Path, entry: str, payload: dict) -> Any:
+        """``entry`` run on ``payload`` in the candidate's process: by a request to this
+        evaluation's session when it has one (see :meth:`evaluate`), else by a call."""
+        if id(ctx) not in self._sessions:
+            return ctx.run(entry, payload, workdir=cand_dir)
+        session = self._sessions[id(ctx)]
+        if session is None:
+            session = ctx.session("evaluators.kernels.child:session",
+                                  {"device": _device_kind(ctx.device)}, workdir=cand_dir,
+                                  timeout_s=4 * ctx.timeout_s)
+            self._sessions[id(ctx)] = session
+            if session.error:
+                return _Answer(None, session.timed_out, session.error)
+        if not session.ok:
+            return _Answer(None, False, session.error or "the candidate's process ended")
+        op = "check" if entry.endswith(":check") else "time"
+        reply = session.request({"op": op, "payload": payload}, timeout_s=ctx.timeout_s)
+        if reply.ok:
+            return _Answer(reply.value, False, "", reply.wall_s)
+        return _Answer(None, reply.timed_out, reply.reason, reply.wall_s)
 
     def _case_pool(self, wid: str, w: Any, reference: Any, init: list[Any],
                    ctx: EvalContext) -> _CasePool:
@@ -327,8 +377,8 @@ class KernelEvaluator(Evaluator):
                               "correctness", artifacts={"validation.md": "\n".join(report)})
         prep_s = time.perf_counter() - t_prep  # cases, references, files (the pool's first use)
         t_call = time.perf_counter()
-        call = ctx.run("evaluators.kernels.child:check", {"device": device, "workloads": jobs},
-                       workdir=cand_dir)
+        call = self._call(ctx, cand_dir, "evaluators.kernels.child:check",
+                          {"device": device, "workloads": jobs})
         call_s = time.perf_counter() - t_call
         failed = result_from_call(call, "correctness")
         if failed is not None:
@@ -431,12 +481,13 @@ class KernelEvaluator(Evaluator):
             dtype = getattr(torch, pdt) if pdt else None
             sets: list[tuple[Any, list[Any]]] = []
             for j, dist in enumerate(job["dists"]):
+                # drawn on the GPU, as the child draws them: the same values
                 case = numerics.make_case(reference, job["args"], job["init"], dist,
-                                          self._timing_seed + j, dtype)
+                                          self._timing_seed + j, dtype, "cuda")
                 if j:  # one parameter set per model, as in the child
                     case = numerics.Case(case.dist, case.inputs, sets[0][0].params)
                 sets.append((case, numerics.reference_output(reference, job["init"], case,
-                                                             _reference_device())))
+                                                             "cuda")))
             self._timing_refs[key] = sets
         return self._timing_refs[key]
 
@@ -493,7 +544,7 @@ class KernelEvaluator(Evaluator):
         payload = self._timing_payload(ctx, baseline, blocks)
         if not payload["workloads"]:
             return EvalResult(CandidateState.PRUNED, "no cuda workloads in target.toml", stage), {}
-        call = ctx.run("evaluators.kernels.child:time_kernels", payload, workdir=cand_dir)
+        call = self._call(ctx, cand_dir, "evaluators.kernels.child:time_kernels", payload)
         failed = result_from_call(call, stage)
         if failed is not None:
             return failed, {}

@@ -47,3 +47,22 @@ def test_torch_compute_hidden_from_the_static_check_is_caught_at_run_time(
     assert res.state.value == state, f"{name}: {res.state.value}: {res.reason}"
     assert phrase.lower() in res.reason.lower(), f"{name}: {res.reason}"
     assert res.stage == "correctness"
+
+
+_RUNTIME = [c for c in cases.CASES if c[1] == "INVALID"] + list(cases.AUDIT_CASES)
+
+
+@pytest.mark.parametrize("name,state,phrase,source", _RUNTIME, ids=[c[0] for c in _RUNTIME])
+def test_kernels_caught_by_running_are_caught_in_a_session_too(kernel_eval, name, state,
+                                                               phrase, source):
+    # on a GPU an evaluation's calls share one process (a session): the checks that run
+    # the kernel must judge alike there (poisoned allocations, trip wires, the audit)
+    res = kernel_eval("softmax", source, runtime_only=True, in_session=True)
+    assert res.state.value == state, f"{name}: {res.state.value}: {res.reason}"
+    assert phrase.lower() in res.reason.lower(), f"{name}: {res.reason}"
+
+
+def test_the_honest_kernel_passes_in_a_session(kernel_eval):
+    res = kernel_eval("softmax", cases.CORRECT, in_session=True)
+    assert res.state.value == "PRUNED" and res.reason == NO_GPU, res.reason
+    assert "cpu-fp32-7x33" in res.artifacts["validation.md"]
