@@ -3,7 +3,9 @@
 A night's best program often carries hitchhikers: a flipped comparison that changes
 nothing, dead code, a knob moved for no reason, ``CACHE_WEIGHT = 7.2479999960427195``. A
 reviewer should read only the change that earns the gain. So before a winner is
-published its diff against the seed is reduced, greedily and within a budget of trials:
+published its diff against the seed (or against the declared start it descends from:
+:func:`optimizer.winners.reduction_base`) is reduced, greedily and within a budget of
+trials:
 
 1. every hunk of the diff is reverted to the seed's text in turn, and stays reverted when
    the program is still valid and its gain still holds (:class:`Gate`);
@@ -116,8 +118,10 @@ def reduce(
     *,
     max_trials: int,
     deadline: float,
+    base_label: str = "seed",
 ) -> Reduction:
-    """The smallest program found between ``best`` and the seed that ``gate`` accepts."""
+    """The smallest program found between ``best`` and ``seed`` (the base: the seed or a
+    start, named ``base_label`` in the trials' summaries) that ``gate`` accepts."""
     current = Reduction(dict(best.files), best)
     if max_trials <= 0:
         return current
@@ -143,7 +147,7 @@ def reduce(
             continue
         path, i1, i2, j1, j2 = hunk
         where = f"{path}:{j1 + 1}" + (f"-{j2}" if j2 > j1 + 1 else "")
-        entry = attempt(files, f"minimise {best.id}: revert {where} to the seed's")
+        entry = attempt(files, f"minimise {best.id}: revert {where} to the {base_label}'s")
         if gate.holds(entry):
             assert entry is not None
             current.files, current.entry = files, entry

@@ -18,6 +18,7 @@ import importlib.util
 import os
 import random
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -154,10 +155,15 @@ def _check(payload: dict, io_dir: Path, cand: _Candidate) -> dict:
     from evaluators.numerics import as_list
 
     results = []
+    # where the call's time goes (reported as cost metrics; the first call of a workload
+    # includes compiling the kernel for its shapes and dtypes)
+    phases = dict.fromkeys(("load", "first_call", "calls", "save"), 0.0)
+    clock = time.perf_counter
     for w in payload["workloads"]:
         wid = w["id"]
         res: dict[str, Any] = {"id": wid, "problems": []}
         results.append(res)
+        t0 = clock()
         model = mod.ModelNew(*w["init"])
         params = load_file(str(io_dir / f"{wid}.params.safetensors"))
         if params:
@@ -173,7 +179,9 @@ def _check(payload: dict, io_dir: Path, cand: _Candidate) -> dict:
 
         live = build(sets["A"])
         earlier: list = []
+        phases["load"] += clock() - t0
         for call, src in CALLS:
+            t0 = clock()
             if call != "A1":
                 if src == "B":
                     live_call = build(sets["B"])
@@ -197,6 +205,8 @@ def _check(payload: dict, io_dir: Path, cand: _Candidate) -> dict:
                 break
             if device == "cuda":
                 torch.cuda.synchronize()
+            t1 = clock()
+            phases["first_call" if call == "A1" else "calls"] += t1 - t0
             res["problems"] += audit.problems()
             res["problems"] += _storage_problems(torch, out, live_call, earlier, device)
             earlier += [o for o in out if isinstance(o, torch.Tensor)]
@@ -214,8 +224,9 @@ def _check(payload: dict, io_dir: Path, cand: _Candidate) -> dict:
                     },
                     str(io_dir / f"{wid}.post.{call[0]}.safetensors"),
                 )
+            phases["save"] += clock() - t1
         del earlier, live
-    return {"workloads": results}
+    return {"workloads": results, "phases": {k: round(v, 3) for k, v in phases.items()}}
 
 
 def time_kernels(payload: dict, io_dir: Path, cand_mod: Any = None) -> dict:

@@ -384,6 +384,11 @@ class KernelEvaluator(Evaluator):
         if failed is not None:
             return failed
         metrics: dict[str, float] = {"cost_s/check_prep": prep_s, "cost_s/check_call": call_s}
+        for phase, secs in dict(call.response.get("phases", {})).items():
+            metrics[f"cost_s/check_{phase}"] = float(secs)
+        session = self._sessions.get(id(ctx))
+        if session is not None:  # the process's start and the candidate's import
+            metrics["cost_s/check_start"] = float(session.ready_s)
         by_id = {r["id"]: r for r in call.response.get("workloads", [])}
         for job in jobs:
             wid, name = str(job["id"]), str(job["name"])

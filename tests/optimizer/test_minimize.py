@@ -133,3 +133,42 @@ def test_the_pull_branch_holds_only_the_change_that_earns_the_gain(toy_repo, mon
                               "optimizer/pr/toy/toy"], check=True, capture_output=True,
                              text=True).stdout
     assert "## Minimised (from c0002" in message and "reverted program.py" in message, message
+
+
+def test_a_winner_from_a_declared_start_is_reduced_towards_that_start() -> None:
+    from dataclasses import replace
+
+    from optimizer.archive import Archive
+    from optimizer.winners import reduction_base
+
+    seed = replace(_entry("c0001", {"program.py": SEED}), proposer="seed")
+    start_src = SEED.replace("return x * 2", "return x * 1")  # another structure, whole
+    start = replace(_entry("c0002", {"program.py": start_src}), parent_id="c0001",
+                    proposer="start")
+    tuned = replace(_entry("c0005", {"program.py": start_src.replace(
+        "WEIGHT = 1.0", "WEIGHT = 7.2479999960427195")}), parent_id="c0002",
+        proposer="offline")
+    plain = replace(_entry("c0006", {"program.py": BEST}), parent_id="c0001",
+                    proposer="offline")
+    archive = Archive(target=None)  # type: ignore[arg-type]
+    for e in (seed, start, tuned, plain):
+        archive.add(e)
+    assert reduction_base(archive, start) is start
+    assert reduction_base(archive, tuned) is start
+    assert reduction_base(archive, plain) is seed
+    # the start itself: nothing to revert, no trial spent
+    calls: list[str] = []
+
+    def evaluate(files, summary, parent):
+        calls.append(summary)
+        return _entry(f"c1{len(calls):03d}", files)
+
+    gate = Gate.of(_cost(seed.files), _cost(start.files), True, 0.03)
+    assert not reduce(evaluate, start, start, gate, max_trials=8, deadline=1e18,
+                      base_label="start").changed
+    assert calls == []
+    # a tuning of it: reduced against the start, never by reverting the start's lines
+    red = reduce(evaluate, start, tuned, gate, max_trials=8, deadline=1e18,
+                 base_label="start")
+    assert calls and all("to the start's" in c or "round" in c.lower() for c in calls), calls
+    assert "return x * 1" in red.files["program.py"]

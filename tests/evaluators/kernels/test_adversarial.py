@@ -66,3 +66,7 @@ def test_the_honest_kernel_passes_in_a_session(kernel_eval):
     res = kernel_eval("softmax", cases.CORRECT, in_session=True)
     assert res.state.value == "PRUNED" and res.reason == NO_GPU, res.reason
     assert "cpu-fp32-7x33" in res.artifacts["validation.md"]
+    # where the check's time went: the process's start, and the child's own phases
+    assert res.metrics["cost_s/check_start"] > 0
+    assert res.metrics["cost_s/check_first_call"] > 0
+    assert res.metrics["cost_s/check_first_call"] <= res.metrics["cost_s/check_call"]
