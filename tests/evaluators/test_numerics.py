@@ -127,3 +127,35 @@ def test_a_reference_computed_on_the_gpu_agrees_with_the_cpu_one():
     gpu = nm.reference_output(ref, list(ref.get_init_inputs()), case, "cuda")
     assert gpu[0].device.type == "cuda"
     assert torch.allclose(gpu[0].cpu(), cpu[0], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+def test_a_case_drawn_on_the_gpu_is_the_same_for_the_same_seed():
+    # the trusted side and the sandboxed child draw a workload's timed sets alike
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "targets/kernels/cross_entropy/reference.py"
+    spec = importlib.util.spec_from_file_location("ce_reference_gpu", path)
+    ref = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ref)
+    args = {"rows": 33, "vocab": 5003, "dtype": "bfloat16"}
+    a, b, c = (numerics.make_case(ref, args, [], dist, seed, torch.bfloat16, "cuda")
+               for dist, seed in (("wide", 11), ("wide", 11), ("wide", 12)))
+    assert all(t.device.type == "cuda" for t in a.inputs)
+    assert all(numerics.bitwise_equal(x, y) for x, y in zip(a.inputs, b.inputs, strict=True))
+    assert not numerics.bitwise_equal(a.inputs[0], c.inputs[0])
+    assert int(a.inputs[1].max()) < 5003  # the labels come from get_inputs, on the GPU
+
+
+def test_a_case_drawn_on_the_cpu_is_the_same_for_the_same_seed():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "targets/kernels/cross_entropy/reference.py"
+    spec = importlib.util.spec_from_file_location("ce_reference_cpu", path)
+    ref = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ref)
+    args = {"rows": 5, "vocab": 301, "dtype": "float32"}
+    a, b = (numerics.make_case(ref, args, [], "offset", 3, torch.float32) for _ in range(2))
+    assert all(numerics.bitwise_equal(x, y) for x, y in zip(a.inputs, b.inputs, strict=True))
+    assert a.inputs[0].device.type == "cpu"
