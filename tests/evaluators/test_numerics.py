@@ -133,12 +133,7 @@ def test_a_reference_computed_on_the_gpu_agrees_with_the_cpu_one():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
 def test_a_case_drawn_on_the_gpu_is_the_same_for_the_same_seed():
     # the trusted side and the sandboxed child draw a workload's timed sets alike
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[2] / "targets/kernels/cross_entropy/reference.py"
-    spec = importlib.util.spec_from_file_location("ce_reference_gpu", path)
-    ref = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ref)
+    ref = _cross_entropy_reference()
     args = {"rows": 33, "vocab": 5003, "dtype": "bfloat16"}
     a, b, c = (numerics.make_case(ref, args, [], dist, seed, torch.bfloat16, "cuda")
                for dist, seed in (("wide", 11), ("wide", 11), ("wide", 12)))
@@ -149,13 +144,14 @@ def test_a_case_drawn_on_the_gpu_is_the_same_for_the_same_seed():
 
 
 def test_a_case_drawn_on_the_cpu_is_the_same_for_the_same_seed():
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[2] / "targets/kernels/cross_entropy/reference.py"
-    spec = importlib.util.spec_from_file_location("ce_reference_cpu", path)
-    ref = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ref)
+    ref = _cross_entropy_reference()
     args = {"rows": 5, "vocab": 301, "dtype": "float32"}
     a, b = (numerics.make_case(ref, args, [], "offset", 3, torch.float32) for _ in range(2))
     assert all(numerics.bitwise_equal(x, y) for x, y in zip(a.inputs, b.inputs, strict=True))
     assert a.inputs[0].device.type == "cpu"
+
+
+def _cross_entropy_reference():
+    from evaluators.kernels.evaluator import load_reference
+
+    return load_reference(Path(__file__).resolve().parents[2] / "targets/kernels/cross_entropy")
