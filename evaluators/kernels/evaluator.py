@@ -21,7 +21,9 @@ forward) and ``target.toml``::
 Stages: ``static_check`` (AST rules, :mod:`evaluators.kernels.static_checks`), ``correctness``
 (one sandboxed call runs every workload of this device: 3 fresh input sets from the hidden
 seed plus an in-place rerun; see :mod:`evaluators.kernels.child`), ``performance`` (CUDA
-events; PRUNED without a GPU) and ``compare`` (candidate and incumbent interleaved).
+events; PRUNED without a GPU) and ``compare`` (candidate and incumbent interleaved). On a
+GPU the check and the timing of one evaluation are two requests to one sandboxed process (a
+session), so the candidate is imported and compiled once.
 """
 
 from __future__ import annotations
