@@ -127,8 +127,6 @@ def _template(reference: Any, args: Mapping[str, Any], device: str = "cpu") -> l
     if meta is not None and not any(isinstance(t, torch.Tensor) and not t.is_floating_point()
                                     and t.device.type == "meta" for t in meta):
         return meta
-    if device == "cpu":
-        return list(reference.get_inputs(**args))
     with torch.device(device):
         return [t.to(device) if isinstance(t, torch.Tensor) else t
                 for t in reference.get_inputs(**args)]

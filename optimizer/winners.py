@@ -102,16 +102,14 @@ def reduction_base(archive: Archive, best: ArchiveEntry) -> ArchiveEntry:
     reverting its lines one by one to the seed's gives programs that do not compile (a
     GPU night spent 4 of its 8 cross-entropy candidates so), and its pull branch is read
     as that structure, with only the changes made to it since reduced away."""
-    entry: ArchiveEntry | None = best
-    seen: set[str] = set()
-    while entry is not None and entry.id not in seen:
-        seen.add(entry.id)
-        if entry.proposer == "start":
-            return entry
+    entry = best
+    while entry.proposer != "start" and entry.parent_id:  # parents come before children
         try:
-            entry = archive.get(entry.parent_id) if entry.parent_id else None
-        except KeyError:
-            entry = None
+            entry = archive.get(entry.parent_id)
+        except KeyError:  # a lineage the archive does not hold: reduce towards the seed
+            break
+    if entry.proposer == "start":
+        return entry
     assert archive.seed is not None
     return archive.seed
 

@@ -57,8 +57,6 @@ def _install_poison(torch: Any) -> None:
     ``_Poison.on``: memory a kernel never writes, or reads before writing, is visible in
     the output. Installed before the candidate is imported, so every route to the
     allocators is the wrapped one."""
-    if getattr(torch.empty, "_poisoned", False):
-        return
 
     def fill(t: Any) -> Any:
         if _Poison.on and isinstance(t, torch.Tensor) and t.numel():
@@ -73,7 +71,6 @@ def _install_poison(torch: Any) -> None:
         def poisoned(*args: Any, **kwargs: Any) -> Any:
             return fill(fn(*args, **kwargs))
 
-        poisoned._poisoned = True  # type: ignore[attr-defined]
         return poisoned
 
     for name in ("empty", "empty_like", "empty_strided"):

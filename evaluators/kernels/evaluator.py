@@ -204,6 +204,11 @@ class _CasePool:
         return self.made[k]
 
 
+# the child's entry functions, by the name of the request a session serves them under
+_ENTRIES = {"check": "evaluators.kernels.child:check",
+            "time": "evaluators.kernels.child:time_kernels"}
+
+
 @dataclass(frozen=True)
 class _Answer:
     """A session request's outcome, read like a sandbox call's (``result_from_call``)."""
@@ -252,11 +257,12 @@ class KernelEvaluator(Evaluator):
             if session is not None:
                 session.close()
 
-    def _call(self, ctx: EvalContext, cand_dir: Path, entry: str, payload: dict) -> Any:
-        """``entry`` run on ``payload`` in the candidate's process: by a request to this
-        evaluation's session when it has one (see :meth:`evaluate`), else by a call."""
+    def _call(self, ctx: EvalContext, cand_dir: Path, op: str, payload: dict) -> Any:
+        """``op`` ("check" or "time", :mod:`evaluators.kernels.child`) run on ``payload`` in
+        the candidate's process: by a request to this evaluation's session when it has one
+        (see :meth:`evaluate`), else by a call."""
         if id(ctx) not in self._sessions:
-            return ctx.run(entry, payload, workdir=cand_dir)
+            return ctx.run(_ENTRIES[op], payload, workdir=cand_dir)
         session = self._sessions[id(ctx)]
         if session is None:
             session = ctx.session("evaluators.kernels.child:session",
@@ -267,7 +273,6 @@ class KernelEvaluator(Evaluator):
                 return _Answer(None, session.timed_out, session.error)
         if not session.ok:
             return _Answer(None, False, session.error or "the candidate's process ended")
-        op = "check" if entry.endswith(":check") else "time"
         reply = session.request({"op": op, "payload": payload}, timeout_s=ctx.timeout_s)
         if reply.ok:
             return _Answer(reply.value, False, "", reply.wall_s)
@@ -379,8 +384,7 @@ class KernelEvaluator(Evaluator):
                               "correctness", artifacts={"validation.md": "\n".join(report)})
         prep_s = time.perf_counter() - t_prep  # cases, references, files (the pool's first use)
         t_call = time.perf_counter()
-        call = self._call(ctx, cand_dir, "evaluators.kernels.child:check",
-                          {"device": device, "workloads": jobs})
+        call = self._call(ctx, cand_dir, "check", {"device": device, "workloads": jobs})
         call_s = time.perf_counter() - t_call
         failed = result_from_call(call, "correctness")
         if failed is not None:
@@ -551,7 +555,7 @@ class KernelEvaluator(Evaluator):
         payload = self._timing_payload(ctx, baseline, blocks)
         if not payload["workloads"]:
             return EvalResult(CandidateState.PRUNED, "no cuda workloads in target.toml", stage), {}
-        call = self._call(ctx, cand_dir, "evaluators.kernels.child:time_kernels", payload)
+        call = self._call(ctx, cand_dir, "time", payload)
         failed = result_from_call(call, stage)
         if failed is not None:
             return failed, {}

@@ -298,9 +298,10 @@ def test_parse_and_substitute_300_lines_is_fast():
     # median (2.6 ms with both passes parsing, 7 ms when a GC pass over the fresh ASTs
     # lands inside) on a shared 2-core machine; the bounds are loose because other work
     # runs alongside the tests.
-    engine = [_timed(base + f"# run {r}\n", clear_between=False) for r in range(15)]
+    # (the best of 15 runs was 6.0 ms once, on a CI machine at load average 36: the fastest
+    # of more runs is the figure that load does not move)
+    engine = [_timed(base + f"# run {r}\n", clear_between=False) for r in range(40)]
     cold = [_timed(base + f"# run {r}\n", clear_between=True) for r in range(15)]
-    # min 6.0 ms once in a clean-clone CI run on a loaded 2-core machine (load average 36)
-    assert min(engine) < 10e-3
+    assert min(engine) < 5e-3
     assert statistics.median(engine) < 15e-3
     assert min(cold) < 10e-3

@@ -44,6 +44,15 @@ def _src(kernel: str = KERNEL, launch: str = LAUNCH, model: str = MODEL, header:
     return header + kernel + launch + model
 
 
+# partial_write, plus a forward that turns the child's allocation poisoning off first
+POISON_OFF = _src(
+    kernel=KERNEL.replace("mask=mask)\n", "mask=cols < n_cols - 1)\n"),
+    model=MODEL.replace("        return run(x)", """        for cell in torch.empty_like.__closure__:
+            names = getattr(cell.cell_contents, "__globals__", {})
+            if "_Poison" in names:
+                names["_Poison"].on = False
+        return run(x)"""))
+
 CORRECT = _src()
 
 CASES = [
@@ -115,6 +124,10 @@ class ModelNew(nn.Module):
             self.memo[x.shape] = run(x)
         return self.memo[x.shape]
 ''')),
+    # on a GPU the check and the timing share one process, and poisoning is switched off
+    # for the timing: a candidate that reaches the switch (through the allocator wrapper's
+    # closure) to leave its unwritten outputs unpoisoned during the check
+    ("poison_switched_off", "REJECTED", "introspection via __closure__", POISON_OFF),
     # the static check stops these before they run
     ("torch_fallback", "REJECTED", "torch compute",
      _src(model=MODEL.replace("return run(x)", "return torch.softmax(x, dim=-1)"))),

@@ -70,3 +70,14 @@ def test_the_honest_kernel_passes_in_a_session(kernel_eval):
     assert res.metrics["cost_s/check_start"] > 0
     assert res.metrics["cost_s/check_first_call"] > 0
     assert res.metrics["cost_s/check_first_call"] <= res.metrics["cost_s/check_call"]
+
+
+def test_a_kernel_that_switches_poisoning_off_is_still_caught_by_running(kernel_eval):
+    # past the static check (which refuses __closure__): the switch reached from the
+    # candidate's forward leaves its unwritten column unpoisoned, and the comparison with
+    # the float64 reference still fails it, in a session as in a plain call
+    assert "cols < n_cols - 1" in cases.POISON_OFF
+    for in_session in (False, True):
+        res = kernel_eval("softmax", cases.POISON_OFF, runtime_only=True,
+                          in_session=in_session)
+        assert res.state.value == "INVALID", f"{in_session}: {res.state.value}: {res.reason}"
