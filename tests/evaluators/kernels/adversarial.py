@@ -47,7 +47,8 @@ def _src(kernel: str = KERNEL, launch: str = LAUNCH, model: str = MODEL, header:
 # partial_write, plus a forward that turns the child's allocation poisoning off first
 POISON_OFF = _src(
     kernel=KERNEL.replace("mask=mask)\n", "mask=cols < n_cols - 1)\n"),
-    model=MODEL.replace("        return run(x)", """        for cell in torch.empty_like.__closure__:
+    model=MODEL.replace("        return run(x)", """\
+        for cell in torch.empty_like.__closure__:
             names = getattr(cell.cell_contents, "__globals__", {})
             if "_Poison" in names:
                 names["_Poison"].on = False
