@@ -1,3 +1,4 @@
+import ast
 import statistics
 import time
 
@@ -279,6 +280,12 @@ def _three_hundred_lines() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _parse_s(source: str) -> float:
+    start = time.perf_counter()
+    ast.parse(source)
+    return time.perf_counter() - start
+
+
 def _timed(source: str, clear_between: bool) -> float:
     knobs_mod._scan.cache_clear()  # a structure never seen before
     start = time.perf_counter()
@@ -295,13 +302,15 @@ def test_parse_and_substitute_300_lines_is_fast():
     base = _three_hundred_lines()
     assert len(base.splitlines()) == 300
     # The engine's path: one parse, then substitution from the cache. Measured 1.3 ms
-    # median (2.6 ms with both passes parsing, 7 ms when a GC pass over the fresh ASTs
-    # lands inside) on a shared 2-core machine; the bounds are loose because other work
-    # runs alongside the tests.
-    # (the best of 15 runs was 6.0 ms once, on a CI machine at load average 36: the fastest
-    # of more runs is the figure that load does not move)
+    # median (2.6 ms with both passes parsing) on a shared 2-core machine when a bare
+    # ast.parse of the same source took about 0.5 ms; on the same machine hours later the
+    # bare parse took 2.3-4.6 ms and the fixed 5 ms / 10 ms bounds failed in isolation. So
+    # the bounds are in units of this machine's own ast.parse of the source, measured here:
+    # the engine path is about one parse (0.7-1.2x at best, 1.2-2.0x median), the cold
+    # path two (1.5-2.7x).
+    parse = min(_parse_s(base + f"# run {r}\n") for r in range(15))
     engine = [_timed(base + f"# run {r}\n", clear_between=False) for r in range(40)]
     cold = [_timed(base + f"# run {r}\n", clear_between=True) for r in range(15)]
-    assert min(engine) < 5e-3
-    assert statistics.median(engine) < 15e-3
-    assert min(cold) < 10e-3
+    assert min(engine) < 3 * parse, (min(engine), parse)
+    assert statistics.median(engine) < 6 * parse, (statistics.median(engine), parse)
+    assert min(cold) < 5 * parse, (min(cold), parse)
