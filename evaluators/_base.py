@@ -27,6 +27,9 @@ A kind owns everything the engine must know about it, so that no kind name appea
 engine (class attributes and methods with defaults):
 
 - ``uses_gpu``: evaluate on a GPU where one exists (the sandbox then binds the device);
+- ``concurrent_evaluations``: ``evaluate`` may run in several threads at once, one per
+  evaluation slot (default False: the kind gets one slot); timed phases are wrapped in
+  ``ctx.device_alone()``;
 - ``preload``: modules the warm sandbox process imports once;
 - ``sandbox_env(device)``: environment variables its sandboxed processes need;
 - ``confirmation()``: what confirms a win, ``"paired"`` (interleaved timing, a bootstrap
@@ -47,9 +50,11 @@ Optuna, openai or GitPython, and of the engine only its leaf vocabulary
 from __future__ import annotations
 
 import ast
+import contextlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -108,6 +113,11 @@ class EvalContext:
     incumbent_dir: Path | None = None
     log: Callable[[str], None] = field(default=lambda msg: None)
     cache_dir: Path | None = None  # None: a private one under scratch (nothing is shared)
+    device_lock: Any = None  # shared by the slots on one device; None: no other slot
+
+    def device_alone(self) -> AbstractContextManager[Any]:
+        """Hold the device for a timed phase (``with ctx.device_alone(): ...``)."""
+        return self.device_lock if self.device_lock is not None else contextlib.nullcontext()
 
     def cache(self) -> Path:
         """The trusted cache directory (created on first use)."""
@@ -166,6 +176,10 @@ class Evaluator(ABC):
     # (e.g. ("torch", "triton")); never anything that creates a CUDA context.
     preload: ClassVar[tuple[str, ...]] = ()
     uses_gpu: ClassVar[bool] = False  # evaluate on a GPU where the machine has one
+    # several evaluations of one evaluator may run at once, one per slot (each in its own
+    # thread, with its own context); a kind whose evaluator keeps per-evaluation state on
+    # itself leaves this False and gets one slot
+    concurrent_evaluations: ClassVar[bool] = False
     model_artifact: ClassVar[str] = ""  # artifact folder a winner registers as a model
 
     def __init__(self, target: TargetSpec):

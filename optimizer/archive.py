@@ -20,8 +20,11 @@ class Archive:
     entries: list[ArchiveEntry] = field(default_factory=list)
     structure_of: dict[str, str] = field(default_factory=dict)  # candidate id -> structure key
     hashes: dict[str, str] = field(default_factory=dict)  # content hash -> candidate id
+    # candidates under evaluation (ids taken, not yet added) and their content hashes
+    pending: dict[str, str] = field(default_factory=dict)  # content hash -> candidate id
 
     def add(self, entry: ArchiveEntry, structure: str = "", content_hash: str = "") -> None:
+        self.pending.pop(content_hash, None)
         self.entries.append(entry)
         self.structure_of[entry.id] = structure
         if content_hash:
@@ -29,7 +32,8 @@ class Archive:
 
     def next_id(self) -> str:
         """The id the next candidate of this target gets (the seed's is ``SEED_ID``)."""
-        return candidate_id(1 + max((candidate_number(e.id) for e in self.entries), default=0))
+        taken = [*(e.id for e in self.entries), *self.pending.values()]
+        return candidate_id(1 + max((candidate_number(c) for c in taken), default=0))
 
     def get(self, cid: str) -> ArchiveEntry:
         for entry in self.entries:

@@ -74,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--llm-model", help="model name at that endpoint")
     run.add_argument("--minutes", type=float, help="time budget (same as --set budget.minutes=N)")
+    run.add_argument("--slots", type=int, help="evaluation slots (same as --set run.slots=N)")
     run.add_argument("--json", action="store_true", help="print the run summary as JSON at the end")
     run.set_defaults(func=cmd_run)
 
@@ -139,6 +140,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
     if args.minutes is not None:
         overrides.append(f"budget.minutes={args.minutes}")
+    if args.slots is not None:
+        overrides.append(f"run.slots={args.slots}")
     if args.proposer:
         overrides.append(f"proposer.kind={json.dumps(args.proposer)}")
     if args.llm_base_url:

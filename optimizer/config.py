@@ -111,6 +111,22 @@ class ProposerConfig:
     kind: str = "offline"  # offline | llm | replay:PATH
     offline: OfflineConfig = field(default_factory=OfflineConfig)
     llm: LLMConfig = field(default_factory=LLMConfig)
+    concurrency: int = 1  # proposals being made at once while the slots evaluate
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError(f"proposer.concurrency must be at least 1, not {self.concurrency}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    # evaluation slots: sandboxes evaluating at once, each owning a device (one GPU, or
+    # CPU cores); 0 = one per visible GPU for a kind that uses a GPU, else 1
+    slots: int = 0
+
+    def __post_init__(self) -> None:
+        if self.slots < 0:
+            raise ValueError(f"run.slots must be 0 (automatic) or more, not {self.slots}")
 
 
 @dataclass(frozen=True)
@@ -169,6 +185,7 @@ class ExperimentConfig:
     vcs: VcsConfig = field(default_factory=VcsConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     stats: StatsConfig = field(default_factory=StatsConfig)
+    run: RunConfig = field(default_factory=RunConfig)
 
     @property
     def optuna_storage(self) -> str:
@@ -193,6 +210,7 @@ _SECTIONS: dict[str, type] = {
     "vcs": VcsConfig,
     "sandbox": SandboxConfig,
     "stats": StatsConfig,
+    "run": RunConfig,
 }
 _TOP_KEYS = {"name", "seed", "state_dir", "base", "proposer", "targets", *_SECTIONS}
 _TARGET_ENTRY_KEYS = {"path", "share", "max_candidates", "settings"}
@@ -332,10 +350,10 @@ def load_experiment(
 def _proposer(data: Any, file: str) -> ProposerConfig:
     if not isinstance(data, dict):
         raise ConfigError("must be a table", file=file, key="proposer")
-    unknown = sorted(set(data) - {"kind", "offline", "llm"})
+    unknown = sorted(set(data) - {"kind", "offline", "llm", "concurrency"})
     if unknown:
         raise ConfigError(
-            "unknown key; allowed in [proposer]: kind, offline, llm",
+            "unknown key; allowed in [proposer]: kind, offline, llm, concurrency",
             file=file,
             key=f"proposer.{unknown[0]}",
         )
@@ -348,7 +366,11 @@ def _proposer(data: Any, file: str) -> ProposerConfig:
         )
     offline = build_section(OfflineConfig, data.get("offline", {}), file, "proposer.offline")
     llm = build_section(LLMConfig, data.get("llm", {}), file, "proposer.llm")
-    return ProposerConfig(kind=kind, offline=offline, llm=llm)
+    concurrency = _check_type(data.get("concurrency", 1), int, file, "proposer.concurrency")
+    try:
+        return ProposerConfig(kind=kind, offline=offline, llm=llm, concurrency=concurrency)
+    except ValueError as exc:
+        raise ConfigError(str(exc), file=file, key="proposer.concurrency") from None
 
 
 def _targets(

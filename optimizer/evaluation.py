@@ -25,19 +25,29 @@ from optimizer.night import Run
 from optimizer.records import CandidateState, EvalResult
 from optimizer.sandbox import Sandbox, SandboxSettings
 from optimizer.sandbox.host import PROJECT_ROOT
+from optimizer.slots import Slot
 from optimizer.targets import TargetSpec
 
 log = logging.getLogger("optimizer.loop")
 
 
 def evaluate_candidate(
-    r: Run, target: TargetSpec, evaluator: Evaluator, sandbox: Sandbox, cid: str, cand_dir: Path
+    r: Run,
+    target: TargetSpec,
+    evaluator: Evaluator,
+    sandbox: Sandbox,
+    cid: str,
+    cand_dir: Path,
+    slot: Slot | None = None,
 ) -> tuple[EvalResult, str]:
-    """Run the evaluator's stages; anything that goes wrong is a state with a reason."""
+    """Run the evaluator's stages; anything that goes wrong is a state with a reason.
+    ``slot`` is the evaluation slot whose sandbox this is: its device's timing lock is
+    what the evaluator holds while it times (none when it is the only slot)."""
     recorder = RecordingSandbox(sandbox)
     timeout_s = r.config.sandbox.timeout_s or target.timeout_s
     ctx = fresh_context(
-        r.config, target, cid, recorder, timeout_s=timeout_s, device=device_for(evaluator)
+        r.config, target, cid, recorder, timeout_s=timeout_s, device=device_for(evaluator),
+        device_lock=slot.timing if slot is not None else None,
     )
     result = guarded(lambda: evaluator.evaluate(cand_dir, ctx), "evaluate", recorder.notes)
     shutil.rmtree(ctx.scratch, ignore_errors=True)
@@ -75,6 +85,7 @@ def fresh_context(
     *,
     timeout_s: float,
     device: str = "cpu",
+    device_lock: Any = None,
 ) -> EvalContext:
     """An evaluation context with empty private directories and a fresh hidden seed.
 
@@ -94,6 +105,7 @@ def fresh_context(
         device=device,
         timeout_s=timeout_s,
         cache_dir=config.state_dir / "cache",
+        device_lock=device_lock,
     )
 
 
@@ -184,9 +196,11 @@ def make_sandbox(
     target: TargetSpec,
     evaluator: Evaluator,
     hidden: tuple[Path, ...] = (),
+    slot: Slot | None = None,
 ) -> Sandbox:
     """The sandbox of ``target``'s kind; ``hidden`` names trusted folders besides the
-    state dir that candidates must not see (a cache outside it)."""
+    state dir that candidates must not see (a cache outside it); ``slot`` places its
+    processes on that slot's GPU and cores."""
     device = device_for(evaluator)
     gpu = device == "cuda"
     wanted: dict[str, Any] = {
@@ -199,7 +213,7 @@ def make_sandbox(
         "rw_root": config.state_dir / "worktrees",
         "preload": tuple(type(evaluator).preload),
         "extra_ro": (target.path,),  # the trusted target folder (evaluate.py, reference)
-        "extra_env": evaluator.sandbox_env(device),
+        "extra_env": {**evaluator.sandbox_env(device), **(slot.env() if slot else {})},
         "python_path": code_roots(type(evaluator)),
         "hidden": tuple(hidden),
         "allow_gpu": gpu,

@@ -9,11 +9,15 @@ annotate branch -> MLflow run -> tell. ``--resume`` turns trials left RUNNING in
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import queue
 import random
+import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -22,6 +26,7 @@ from optuna.trial import TrialState
 import evaluators
 from evaluators._base import Evaluator
 from optimizer import knobs, search
+from optimizer import slots as slot_plan
 from optimizer.accounting import Ledger, Prices
 from optimizer.archive import Archive
 from optimizer.budget import Budget, StopOnSigint
@@ -49,6 +54,7 @@ from optimizer.records import (
 )
 from optimizer.resume import load_archive, recover_interrupted
 from optimizer.sandbox import Sandbox
+from optimizer.slots import Slot
 from optimizer.stores import enable_fast_sqlite
 from optimizer.targets import TargetSpec
 from optimizer.tracking import Tracker
@@ -134,17 +140,24 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
             len(target.objectives) > 1,
         ),
     )
-    names = search.ParamNames(study)
     archive = Archive(target)
     recover_interrupted(r, study, target)
     load_archive(r, study, target, archive)
     earlier = len(archive.entries)  # candidates of earlier nights
-    rng = random.Random(f"{r.config.seed}/{target.name}/{len(archive.entries)}")
     slice_s = max(0.0, deadline - time.monotonic())
-    search_deadline = deadline - CONFIRM_SHARE * slice_s
-    dup_streak = 0
-    kind_text, trusted_files = evaluator.prompt_text(), evaluator.prompt_files()
-    with make_sandbox(r.config, target, evaluator) as sandbox:
+    lane = Lane(
+        entry, evaluator, study, search.ParamNames(study), archive, out,
+        rng=random.Random(f"{r.config.seed}/{target.name}/{len(archive.entries)}"),
+        search_deadline=deadline - CONFIRM_SHARE * slice_s,
+        kind_text=evaluator.prompt_text(),
+        trusted_files=evaluator.prompt_files(),
+    )
+    slots = slot_plan.plan(r.config.run.slots, type(evaluator).uses_gpu)
+    if not type(evaluator).concurrent_evaluations:
+        slots = slots[:1]
+    with contextlib.ExitStack() as stack:
+        sandboxes = [stack.enter_context(make_sandbox(r.config, target, evaluator, slot=s))
+                     for s in slots]
         if archive.seed is None:
             seed_files = target.seed_files()
             seed = Proposal(
@@ -154,7 +167,7 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
                 "the target's seed program",
                 fixed_knobs=knobs.values_of(seed_files),
             )
-            _candidate(r, target, evaluator, sandbox, study, names, archive, seed, out)
+            _candidate(r, lane, sandboxes[0], slots[0], seed)
         if archive.seed is None or archive.seed.state is not CandidateState.VALID:
             why = archive.seed.reason if archive.seed else "not evaluated"
             if archive.seed is not None and archive.seed.state is CandidateState.PRUNED:
@@ -164,67 +177,22 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
             r.say(f"[{target.name}] {out.note}")
             return _finish_summary(out, archive, earlier)
         if out.eval_s:  # the seed's cost says what confirming a winner will take
-            search_deadline = deadline - _winner_reserve(r, evaluator, out.eval_s[0], slice_s)
+            lane.search_deadline = deadline - _winner_reserve(r, evaluator, out.eval_s[0],
+                                                              slice_s)
         # the target's other starting programs come first, each a structure of its own
-        starts = [s for s in target.starts
-                  if content_hash(target.start_files(s)) not in archive.hashes]
-        while True:
-            next_usd = r.ledger.estimate_next_usd(target.name) if r.budget.usd else 0.0
-            stop = r.budget.exhausted(next_usd)
-            if stop:  # a budget of the whole run: no other target starts either
-                r.summary.stop_reason = stop
-                break
-            if time.monotonic() >= search_deadline:
-                break
-            if entry.max_candidates and out.candidates >= entry.max_candidates:
-                break
-            if starts:
-                start = starts.pop(0)
-                files = target.start_files(start)
-                _candidate(r, target, evaluator, sandbox, study, names, archive,
-                           Proposal("start", archive.seed.id, files, f"the target's start "
-                                    f"{start}", fixed_knobs=knobs.values_of(files)), out)
-                continue
-            parent = archive.pick_parent(rng)
-            context = ProposalContext(
-                target=target,
-                parent=parent,
-                seed=archive.seed,
-                inspirations=archive.inspirations(parent, rng),
-                feedback=archive.feedback(),
-                rng_seed=r.config.seed,
-                iteration=len(archive.entries) + out.duplicates,
-                structures_seen=archive.structures(),
-                kind_text=kind_text,
-                trusted_files=trusted_files,
-            )
-            try:
-                proposal = r.proposer.propose(context)
-            except ProposalError as exc:
-                proposal = Proposal(r.proposer.name, parent.id, {}, rejected=str(exc))
-            if proposal.usage.calls:
-                r.ledger.record(target.name, proposal.usage)
-                r.budget.spent_usd = r.ledger.usd
-            best_before = archive.best()
-            evaluated = _candidate(
-                r, target, evaluator, sandbox, study, names, archive, proposal, out
-            )
-            dup_streak = 0 if evaluated else dup_streak + 1
-            best = archive.best()
-            if proposal.usage.calls and best is not None and best is not best_before:
-                r.ledger.mark_improvement(
-                    target.name, candidate=best.id, model=proposal.usage.model
-                )
-            if dup_streak >= MAX_DUPLICATES_IN_A_ROW:
-                out.note = f"stopped early: {dup_streak} duplicate proposals in a row"
-                break
+        lane.starts = [s for s in target.starts
+                       if content_hash(target.start_files(s)) not in archive.hashes]
+        if len(slots) == 1 and r.config.proposer.concurrency == 1:
+            _search(r, lane, sandboxes[0], slots[0])
+        else:
+            _search_concurrently(r, lane, list(zip(slots, sandboxes, strict=True)))
         if not r.budget.stop.is_set():
 
             def trial(files: dict[str, str], summary: str, parent: str) -> ArchiveEntry | None:
                 """A reduced program, evaluated as a candidate of its own."""
                 proposal = Proposal("minimize", parent, files, summary,
                                     fixed_knobs=knobs.values_of(files))
-                _candidate(r, target, evaluator, sandbox, study, names, archive, proposal, out)
+                _candidate(r, lane, sandboxes[0], slots[0], proposal)
                 cid = archive.hashes.get(content_hash(files))
                 return archive.get(cid) if cid else None
 
@@ -234,24 +202,230 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
                 left.append(r.config.budget.max_candidates - r.budget.candidates)
             if entry.max_candidates:
                 left.append(entry.max_candidates - out.candidates)
-            out.winner = select_winner(r, target, evaluator, sandbox, study, archive,
+            out.winner = select_winner(r, target, evaluator, sandboxes[0], study, archive,
                                        evaluate=trial, deadline=deadline,
                                        max_trials=max(0, min(left)))
     return _finish_summary(out, archive, earlier)
 
 
-def _candidate(
-    r: Run,
-    target: TargetSpec,
-    evaluator: Evaluator,
-    sandbox: Sandbox,
-    study: optuna.Study,
-    names: search.ParamNames,
-    archive: Archive,
-    proposal: Proposal,
-    out: TargetSummary,
-) -> bool:
+@dataclasses.dataclass
+class Lane:
+    """One target's search state within a night (what its candidates share)."""
+
+    entry: TargetEntry
+    evaluator: Evaluator
+    study: optuna.Study
+    names: search.ParamNames
+    archive: Archive
+    out: TargetSummary
+    rng: random.Random
+    search_deadline: float
+    kind_text: str
+    trusted_files: dict[str, str]
+    starts: list[str] = dataclasses.field(default_factory=list)
+    dup_streak: int = 0
+
+    @property
+    def target(self) -> TargetSpec:
+        return self.entry.spec
+
+
+def _search(r: Run, lane: Lane, sandbox: Sandbox, slot: Slot) -> None:
+    """The serial search: one proposal, then its evaluation, until the slice is spent."""
+    while (job := _next_job(r, lane)) is not None and job is not _WAIT:
+        proposal = job if isinstance(job, Proposal) else _propose(r, lane, job)
+        _record_usage(r, lane, proposal)
+        evaluated = _candidate(r, lane, sandbox, slot, proposal)
+        if _duplicate_streak(lane, evaluated):
+            break
+
+
+def _search_concurrently(r: Run, lane: Lane, slots: list[tuple[Slot, Sandbox]]) -> None:
+    """The same search with ``proposer.concurrency`` proposals being made while every slot
+    evaluates one candidate. Proposing and evaluating run unlocked; everything that
+    touches the archive, the study, git, MLflow or the budgets holds ``lock``. A proposal
+    still queued when the slice ends or a stop is asked for is not evaluated (no trial,
+    no branch)."""
+    lock = threading.Lock()
+    work: queue.Queue[Proposal | None] = queue.Queue(maxsize=len(slots))
+    done = threading.Event()
+    errors: list[BaseException] = []
+    flying = [0]  # proposals made or being made whose candidates are not settled yet
+    dropped = [0]
+
+    def fail(exc: BaseException) -> None:
+        with lock:
+            errors.append(exc)
+        done.set()
+
+    def proposing() -> None:
+        try:
+            while not done.is_set():
+                with lock:
+                    job = _next_job(r, lane, flying[0])
+                    if job is None:
+                        break
+                    if job is _WAIT:  # a limit reached only by candidates still in flight
+                        job = None
+                    else:
+                        flying[0] += 1
+                if job is None:
+                    time.sleep(0.05)  # one of them may yet be a duplicate: then go on
+                    continue
+                proposal = job if isinstance(job, Proposal) else _propose(r, lane, job)
+                with lock:
+                    _record_usage(r, lane, proposal)
+                while True:
+                    try:
+                        work.put(proposal, timeout=0.2)
+                        break
+                    except queue.Full:
+                        if errors:
+                            return
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the caller's thread
+            fail(exc)
+        finally:
+            done.set()  # one proposer that stops stops them all: the budgets are shared
+
+    def evaluating(slot: Slot, sandbox: Sandbox) -> None:
+        while (proposal := work.get()) is not None:
+            if errors:
+                continue
+            try:
+                late = (r.budget.stop.is_set() or time.monotonic() >= lane.search_deadline
+                        or lane.dup_streak >= MAX_DUPLICATES_IN_A_ROW)
+                with lock:
+                    admitted = None if late else _admit(r, lane, proposal)
+                    if late:
+                        dropped[0] += 1
+                if isinstance(admitted, _Admitted):
+                    result, eval_log = evaluate_candidate(
+                        r, lane.target, lane.evaluator, sandbox, admitted.cand.id,
+                        admitted.cand_dir, slot=slot)
+                    with lock:
+                        _settle(r, lane, admitted, result, eval_log)
+                with lock:
+                    flying[0] -= 1
+                    if _duplicate_streak(lane, admitted is not False):
+                        done.set()
+            except BaseException as exc:  # noqa: BLE001 - re-raised by the caller's thread
+                fail(exc)
+
+    workers = [threading.Thread(target=proposing, name=f"propose-{i}", daemon=True)
+               for i in range(r.config.proposer.concurrency)]
+    slot_threads = [threading.Thread(target=evaluating, args=pair, daemon=True,
+                                     name=f"slot-{pair[0].index}") for pair in slots]
+    for t in (*workers, *slot_threads):
+        t.start()
+    for t in workers:
+        t.join()
+    for _ in slot_threads:
+        work.put(None)
+    for t in slot_threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    if dropped[0]:
+        r.say(f"[{lane.target.name}] {dropped[0]} proposal(s) still queued when the search "
+              "stopped were not evaluated")
+    stop = r.budget.exhausted()
+    if stop and not r.summary.stop_reason:
+        r.summary.stop_reason = stop
+
+
+_WAIT = Proposal("wait", None, {})  # see _next_job
+
+
+def _next_job(r: Run, lane: Lane, flying: int = 0) -> Proposal | ProposalContext | None:
+    """What to evaluate next: a declared start, or the context to propose from; None when
+    the target's search is over. ``flying`` proposals are still being made or evaluated:
+    while they alone fill a candidate limit the answer is ``_WAIT`` (ask again)."""
+    target, out, archive = lane.target, lane.out, lane.archive
+    next_usd = r.ledger.estimate_next_usd(target.name) * (1 + flying) if r.budget.usd else 0.0
+    stop = r.budget.exhausted(next_usd)
+    if stop:  # a budget of the whole run: no other target starts either
+        r.summary.stop_reason = stop
+        return None
+    if time.monotonic() >= lane.search_deadline:
+        return None
+    if r.budget.max_candidates and r.budget.candidates + flying >= r.budget.max_candidates:
+        return _WAIT
+    if lane.entry.max_candidates and out.candidates + flying >= lane.entry.max_candidates:
+        return _WAIT if out.candidates < lane.entry.max_candidates else None
+    assert archive.seed is not None
+    if lane.starts:
+        start = lane.starts.pop(0)
+        files = target.start_files(start)
+        return Proposal("start", archive.seed.id, files, f"the target's start {start}",
+                        fixed_knobs=knobs.values_of(files))
+    parent = archive.pick_parent(lane.rng)
+    return ProposalContext(
+        target=target,
+        parent=parent,
+        seed=archive.seed,
+        inspirations=archive.inspirations(parent, lane.rng),
+        feedback=archive.feedback(),
+        rng_seed=r.config.seed,
+        iteration=len(archive.entries) + out.duplicates + flying,
+        structures_seen=archive.structures(),
+        kind_text=lane.kind_text,
+        trusted_files=lane.trusted_files,
+    )
+
+
+def _propose(r: Run, lane: Lane, context: ProposalContext) -> Proposal:
+    """The proposer's answer; one that fails is a rejected proposal with the reason."""
+    try:
+        return r.proposer.propose(context)
+    except ProposalError as exc:
+        return Proposal(r.proposer.name, context.parent.id, {}, rejected=str(exc))
+
+
+def _record_usage(r: Run, lane: Lane, proposal: Proposal) -> None:
+    if proposal.usage.calls:
+        r.ledger.record(lane.target.name, proposal.usage)
+        r.budget.spent_usd = r.ledger.usd
+
+
+def _duplicate_streak(lane: Lane, evaluated: bool) -> bool:
+    """Count duplicates in a row; True when the target should stop for them."""
+    lane.dup_streak = 0 if evaluated else lane.dup_streak + 1
+    if lane.dup_streak >= MAX_DUPLICATES_IN_A_ROW:
+        lane.out.note = f"stopped early: {lane.dup_streak} duplicate proposals in a row"
+        return True
+    return False
+
+
+@dataclasses.dataclass
+class _Admitted:
+    """A candidate with its trial and branch, ready to be evaluated."""
+
+    proposal: Proposal
+    cand: Candidate
+    record: CandidateRecord
+    trial: Any
+    structure: str
+    digest: str
+    cand_dir: Path
+    overhead_s: float
+
+
+def _candidate(r: Run, lane: Lane, sandbox: Sandbox, slot: Slot, proposal: Proposal) -> bool:
     """Turn one proposal into an evaluated candidate; False when it was a duplicate."""
+    admitted = _admit(r, lane, proposal)
+    if not isinstance(admitted, _Admitted):
+        return admitted
+    result, eval_log = evaluate_candidate(
+        r, lane.target, lane.evaluator, sandbox, admitted.cand.id, admitted.cand_dir, slot=slot
+    )
+    _settle(r, lane, admitted, result, eval_log)
+    return True
+
+
+def _admit(r: Run, lane: Lane, proposal: Proposal) -> _Admitted | bool:
+    """Knob values, content hash and branch of a proposal: the candidate to evaluate, or
+    True when it was recorded as rejected, False when it was a duplicate."""
+    target, study, archive, out = lane.target, lane.study, lane.archive, lane.out
     t0 = time.perf_counter()
     if proposal.rejected is None:
         try:
@@ -264,11 +438,12 @@ def _candidate(
     dists = knobs.distributions(knob_set.values())
     structure = knobs.structure_key(proposal.files)
     fixed = {k: v for k, v in proposal.fixed_knobs.items() if k in dists}
-    trial, values = search.ask(study, dists, names.map(dists, structure), fixed)
+    trial, values = search.ask(study, dists, lane.names.map(dists, structure), fixed)
     files = knobs.substitute_files(proposal.files, values)
     digest = content_hash(files)
-    if digest in archive.hashes:
-        _record_duplicate(study, trial, archive, archive.hashes[digest])
+    known = archive.hashes.get(digest) or archive.pending.get(digest)
+    if known is not None:
+        _record_duplicate(study, trial, archive, known)
         out.duplicates += 1
         return False
     cand = Candidate(
@@ -282,43 +457,49 @@ def _candidate(
         proposal.summary,
         structure,
     )
+    archive.pending[digest] = cand.id
     record = CandidateRecord.of(cand)
     write_attrs(trial, record)  # RUNNING: a killed run finds it and finishes its record
     cand_dir = r.ws.create_worktree(target.rel_path, target.name, cand.id, files)
     r.ws.commit_candidate(target.name, cand.id, running_message(target, cand))
     record = dataclasses.replace(record, branch=r.ws.candidate_branch(target.name, cand.id))
     trial.set_user_attr("branch", record.branch)
-    overhead = time.perf_counter() - t0
+    return _Admitted(proposal, cand, record, trial, structure, digest, cand_dir,
+                     time.perf_counter() - t0)
 
-    result, eval_log = evaluate_candidate(r, target, evaluator, sandbox, cand.id, cand_dir)
 
+def _settle(r: Run, lane: Lane, a: _Admitted, result: EvalResult, eval_log: str) -> None:
+    """Record an evaluated candidate everywhere (branch, MLflow, trial) and in the archive."""
+    target, archive, out, cand = lane.target, lane.archive, lane.out, a.cand
     t1 = time.perf_counter()
+    best_before = archive.best()
     io_dir = io_dir_of(r.config, target, cand.id)
     save(
         r,
         target,
-        study,
-        trial,
-        record,
+        lane.study,
+        a.trial,
+        a.record,
         cand,
         result,
-        prompt=proposal.prompt,
-        response=proposal.response,
+        prompt=a.proposal.prompt,
+        response=a.proposal.response,
         eval_log=eval_log,
-        outputs=lambda run_id: log_outputs(r, evaluator, run_id, result, io_dir),
+        outputs=lambda run_id: log_outputs(r, lane.evaluator, run_id, result, io_dir),
     )
     if not r.config.vcs.keep_worktrees:
         r.ws.remove_worktree(target.name, cand.id)
     entry = ArchiveEntry.of(cand, result)
-    archive.add(entry, structure, digest)
+    archive.add(entry, a.structure, a.digest)
     r.proposer.observe(entry)
     r.budget.candidates += 1
     out.candidates += 1
     out.eval_s.append(result.cost_s)
-    overhead += time.perf_counter() - t1
-    r.summary.engine_overhead_ms.append(overhead * 1000)
+    best = archive.best()
+    if a.proposal.usage.calls and best is not None and best is not best_before:
+        r.ledger.mark_improvement(target.name, candidate=best.id, model=a.proposal.usage.model)
+    r.summary.engine_overhead_ms.append((a.overhead_s + time.perf_counter() - t1) * 1000)
     _say_candidate(r, target, archive, entry, result)
-    return True
 
 
 def _record_rejected(
@@ -357,8 +538,8 @@ def _record_rejected(
 def _record_duplicate(study: optuna.Study, trial: Any, archive: Archive, of: str) -> None:
     """Not evaluated: no candidate id, branch or run; the sampler learns the known value."""
     write_attrs(trial, CandidateRecord(state=CandidateState.DUPLICATE, duplicate_of=of))
-    original = archive.get(of)
-    if original.state is CandidateState.VALID and original.objectives:
+    original = None if of in archive.pending.values() else archive.get(of)  # under evaluation
+    if original is not None and original.state is CandidateState.VALID and original.objectives:
         study.tell(trial, list(original.objectives))
     else:
         study.tell(trial, state=TrialState.FAIL)

@@ -26,6 +26,7 @@ import importlib.util
 import math
 import statistics
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ _SETTINGS = {"module", "program", "repeats", "fuzz", "fuzz_publish"}
 class FunctionEvaluator(Evaluator):
     kind = "function"
     preload = ("numpy",)
+    concurrent_evaluations = True  # evaluate.py is imported once, under a lock
 
     def __init__(self, target: Any):
         super().__init__(target)
@@ -80,6 +82,7 @@ class FunctionEvaluator(Evaluator):
             raise ConfigError(f"program {self.program!r} is not an editable file", file=where,
                               key="evaluator.program")
         self._trusted: Any = None
+        self._import_lock = threading.Lock()
 
     def prompt_text(self) -> str:
         return text_beside(__file__)
@@ -87,6 +90,10 @@ class FunctionEvaluator(Evaluator):
     # -- the trusted evaluate.py ---------------------------------------------------------
     def trusted(self) -> Any:
         """The target's evaluate.py, imported once in this (the trusted) process."""
+        with self._import_lock:
+            return self._import_trusted()
+
+    def _import_trusted(self) -> Any:
         if self._trusted is None:
             name = f"_target_evaluate_{self.target.name}_{id(self)}"
             spec = importlib.util.spec_from_file_location(name, self.module_path)
@@ -181,7 +188,8 @@ class FunctionEvaluator(Evaluator):
         runs: list[dict[str, float]] = []
         programs: list[Programs] = []
         for _ in range(self.repeats):
-            failed, value = self._run(func, cand_dir, ctx, stage, programs)
+            with ctx.device_alone():  # evaluate() may time the program
+                failed, value = self._run(func, cand_dir, ctx, stage, programs)
             if failed is not None:
                 return failed
             try:

@@ -28,6 +28,7 @@ session), so the candidate is imported and compiled once.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 import random
@@ -36,8 +37,10 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -220,12 +223,24 @@ class _Answer:
     stderr: str = ""
 
 
+
+def _under_cache_lock(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run ``method`` holding the evaluator's cache lock (slots build a pool once)."""
+    @functools.wraps(method)
+    def locked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with self._cache_lock:
+            return method(self, *args, **kwargs)
+    return locked
+
 class KernelEvaluator(Evaluator):
     kind: ClassVar[str] = "kernel"
     preload: ClassVar[tuple[str, ...]] = ("torch", "triton")
     uses_gpu: ClassVar[bool] = True
     # where an evaluation's calls share one process (on the CPU there is one call)
     session_devices: tuple[str, ...] = ("cuda",)
+    # evaluations in several slots share the night's cases and references (built under a
+    # lock) and each keeps its session under its own context
+    concurrent_evaluations: ClassVar[bool] = True
 
     def __init__(self, target: Any):
         super().__init__(target)
@@ -242,6 +257,7 @@ class KernelEvaluator(Evaluator):
         self._pool_dir: Path | None = None
         # evaluations under way (id of their context) and the session each opened
         self._sessions: dict[int, Any] = {}
+        self._cache_lock = threading.RLock()  # the pools and timing references, built once
 
     def evaluate(self, cand_dir: Path, ctx: EvalContext) -> EvalResult:
         """The stages, with the candidate's sandboxed calls on a GPU made in one process
@@ -278,6 +294,7 @@ class KernelEvaluator(Evaluator):
             return _Answer(reply.value, False, "", reply.wall_s)
         return _Answer(None, reply.timed_out, reply.reason, reply.wall_s)
 
+    @_under_cache_lock
     def _case_pool(self, wid: str, w: Any, reference: Any, init: list[Any],
                    ctx: EvalContext) -> _CasePool:
         """The night's validation cases of one workload: CASE_POOL input sets (every
@@ -479,6 +496,7 @@ class KernelEvaluator(Evaluator):
                 "seed": self._timing_seed, "reps": self.config.repetitions, "blocks": blocks,
                 "checks": TIMED_CHECKS, "baseline_dir": str(baseline) if baseline else None}
 
+    @_under_cache_lock
     def _timing_sets(self, job: dict[str, Any]) -> list[tuple[Any, list[Any]]]:
         """The input sets the timed calls rotate over (the same seeds the child draws them
         from) with their float64 references, computed once per night (they are the same
@@ -555,7 +573,8 @@ class KernelEvaluator(Evaluator):
         payload = self._timing_payload(ctx, baseline, blocks)
         if not payload["workloads"]:
             return EvalResult(CandidateState.PRUNED, "no cuda workloads in target.toml", stage), {}
-        call = self._call(ctx, cand_dir, "time", payload)
+        with ctx.device_alone():  # no other slot's timing on this device meanwhile
+            call = self._call(ctx, cand_dir, "time", payload)
         failed = result_from_call(call, stage)
         if failed is not None:
             return failed, {}

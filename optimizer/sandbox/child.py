@@ -32,6 +32,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from optimizer.slots import pin_from_env
+
 _RLIMITS = {
     "as": resource.RLIMIT_AS,
     "cpu": resource.RLIMIT_CPU,
@@ -166,6 +168,7 @@ def run_entry(
 
 
 def main(argv: list[str]) -> int:
+    pin_from_env()
     response_fd = int(argv[0])
     channel_fd = int(argv[1]) if len(argv) > 1 else None
     request = json.loads(sys.stdin.buffer.read())

@@ -37,6 +37,7 @@ from typing import Any
 
 from optimizer.sandbox.child import confine, run_entry
 from optimizer.sandbox.wire import recv_msg, send_msg
+from optimizer.slots import pin_from_env
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -218,6 +219,7 @@ def main(argv: list[str]) -> int:
     sock = socket.socket(fileno=sock_fd)
     _prctl(PR_SET_DUMPABLE, 0)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    pin_from_env()  # the slot's cores, inherited by every process forked from here
     errors = []
     for name in filter(None, preload.split(",")):
         try:
