@@ -56,12 +56,13 @@ from optimizer.resume import load_archive, recover_interrupted
 from optimizer.sandbox import Sandbox
 from optimizer.slots import Slot
 from optimizer.stores import enable_fast_sqlite
-from optimizer.targets import TargetSpec
+from optimizer.targets import TargetSpec, broken_constraint
 from optimizer.tracking import Tracker
 from optimizer.vcs import Workspace
 from optimizer.winners import select_winner
 
 MAX_DUPLICATES_IN_A_ROW = 40
+MAX_CONSTRAINED_ASKS = 16  # knob samples tried per proposal against the target's constraints
 CONFIRM_SHARE = 0.15  # of a target's time slice, kept for confirming its winner at least
 MAX_CONFIRM_SHARE = 0.5  # and at most, however slow its evaluations
 
@@ -438,7 +439,23 @@ def _admit(r: Run, lane: Lane, proposal: Proposal) -> _Admitted | bool:
     dists = knobs.distributions(knob_set.values())
     structure = knobs.structure_key(proposal.files)
     fixed = {k: v for k, v in proposal.fixed_knobs.items() if k in dists}
-    trial, values = search.ask(study, dists, lane.names.map(dists, structure), fixed)
+    broken: str | None = None
+    for _ in range(MAX_CONSTRAINED_ASKS):
+        trial, values = search.ask(study, dists, lane.names.map(dists, structure), fixed)
+        broken = broken_constraint(target.knob_constraints, values)
+        if broken is None:
+            break
+        # values the target says cannot work: never a candidate, and the sampler learns so
+        trial.set_user_attr("state", "CONSTRAINED")
+        trial.set_user_attr("reason", f"knob values break {broken}")
+        study.tell(trial, state=TrialState.FAIL)
+        if set(fixed) == set(dists):
+            break  # the proposal fixed every value: asking again cannot help
+    if broken is not None:
+        _record_rejected(r, target, study, archive, dataclasses.replace(
+            proposal, rejected=f"knob values {values} break the target's constraint "
+                               f"{broken}"), out)
+        return True
     files = knobs.substitute_files(proposal.files, values)
     digest = content_hash(files)
     known = archive.hashes.get(digest) or archive.pending.get(digest)

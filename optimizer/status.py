@@ -72,6 +72,9 @@ def collect_status(config: ExperimentConfig) -> dict[str, Any]:
                 if state == "DUPLICATE":
                     t["duplicates"] += 1
                     continue
+                if state == "CONSTRAINED":  # knob values the target rules out: not run
+                    t["constrained"] = t.get("constrained", 0) + 1
+                    continue
                 cid = tr.user_attrs.get("candidate")
                 if cid:
                     cand_ids.add(cid)

@@ -13,6 +13,11 @@
     starts      = ["variants/a.py"]   # more starting programs (a file for the one editable
                                       # file, or a folder of editable files), each evaluated
                                       # after the seed as a structure of its own
+    knob_constraints = ["NUM_STAGES * (BLOCK_M + BLOCK_N) * BLOCK_K * 2 <= 232448"]
+                                      # knob values that cannot work (a tile over the shared
+                                      # memory) are never evaluated: arithmetic and
+                                      # comparisons over knob names, checked before a
+                                      # candidate is made (values not sampled: asked again)
     [evaluator]                       # the kind's own settings (free-form, kind-checked)
 
 This module imports only the standard library so that evaluators can use it on a GPU
@@ -21,6 +26,7 @@ machine that has nothing but torch and triton.
 
 from __future__ import annotations
 
+import ast
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -39,6 +45,7 @@ _TARGET_KEYS = {
     "min_gain",
     "timeout_s",
     "starts",
+    "knob_constraints",
     "evaluator",
 }
 
@@ -67,6 +74,7 @@ class TargetSpec:
     timeout_s: float = 120.0
     evaluator: Mapping[str, Any] = field(default_factory=dict)
     starts: tuple[str, ...] = ()  # paths relative to the folder (see start_files)
+    knob_constraints: tuple[str, ...] = ()  # expressions knob values must satisfy
 
     @property
     def primary(self) -> Objective:
@@ -212,6 +220,14 @@ def load_target(
                 raise ConfigError(f"start file '{text.relative_to(folder)}' is not UTF-8 "
                                   f"text ({exc.reason} at byte {exc.start}); save it as UTF-8",
                                   file=shown, key=f"starts[{i}]") from None
+    constraints = data.get("knob_constraints", [])
+    if not isinstance(constraints, list) or not all(isinstance(x, str) for x in constraints):
+        raise ConfigError('must be a list of expressions, e.g. ["BLOCK_M * BLOCK_K <= 16384"]',
+                          file=shown, key="knob_constraints")
+    for i, expr in enumerate(constraints):
+        why = constraint_error(expr)
+        if why:
+            raise ConfigError(f"{why}: {expr!r}", file=shown, key=f"knob_constraints[{i}]")
     evaluator = data.get("evaluator", {})
     if not isinstance(evaluator, dict):
         raise ConfigError("must be a table", file=shown, key="evaluator")
@@ -234,4 +250,46 @@ def load_target(
         timeout_s=float(timeout_s),
         evaluator=evaluator,
         starts=tuple(starts),
+        knob_constraints=tuple(constraints),
     )
+
+
+# -- knob constraints -------------------------------------------------------------------
+
+_ALLOWED = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.Name,
+            ast.Constant, ast.Load, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
+
+
+def constraint_error(expr: str) -> str:
+    """Why ``expr`` is not a knob constraint ("" when it is one): numbers, knob names,
+    arithmetic, comparisons, and/or/not; nothing else (no calls, no attributes)."""
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError as exc:
+        return f"not an expression ({exc.msg})"
+    for node in ast.walk(tree):
+        if not isinstance(node, _ALLOWED):
+            return f"{type(node).__name__} is not allowed (numbers, knob names, arithmetic " \
+                   "and comparisons only)"
+        if isinstance(node, ast.Constant) and (
+                isinstance(node.value, bool) or not isinstance(node.value, int | float)):
+            return f"the constant {node.value!r} is not a number"
+    return ""
+
+
+def broken_constraint(constraints: tuple[str, ...], values: Mapping[str, Any]) -> str | None:
+    """The first constraint ``values`` break; one naming a knob the program does not
+    declare (a rewrite removed it) is not checked."""
+    for expr in constraints:
+        tree = ast.parse(expr, mode="eval")
+        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        if not names <= set(values):
+            continue
+        try:
+            ok = eval(compile(tree, "<knob constraint>", "eval"),  # noqa: S307 - checked
+                      {"__builtins__": {}}, dict(values))
+        except (ArithmeticError, TypeError):
+            return expr
+        if not ok:
+            return expr
+    return None

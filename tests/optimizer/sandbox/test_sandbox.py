@@ -27,7 +27,8 @@ from pathlib import Path
 
 
 def run(payload, io_dir):
-    out = {"pid": os.getpid(), "uid": os.getuid(), "cwd": os.getcwd(), "n": payload["n"] * 2}
+    out = {"pid": os.getpid(), "uid": os.getuid(), "cwd": os.getcwd(), "n": payload["n"] * 2,
+           "cores": sorted(os.sched_getaffinity(0))}
     (io_dir / "data.bin").write_bytes(b"abc")
     if payload.get("look"):
         out["procs"] = sorted(p for p in os.listdir("/proc") if p.isdigit())
@@ -160,6 +161,18 @@ def test_call_delivers_json_and_io_files(layout, isolation: str, warm: bool) -> 
         assert (sb._zygote is not None) is warm  # warm calls go through the zygote
         if isolation == "bwrap":
             assert res.response["uid"] == SANDBOX_UID
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_a_slots_sandbox_runs_on_the_slots_cores(layout, warm: bool) -> None:
+    from optimizer import slots as slot_plan
+
+    core = max(os.sched_getaffinity(0))
+    slot = slot_plan.plan(2, False, cpus=[core])[0]  # two slots sharing this one core
+    with Sandbox(_settings(layout, warm=warm, extra_env=slot.env())) as sb:
+        res = sb.call("probe_entry:run", {"n": 1}, workdir=layout["cand"])
+    assert res.response is not None, res.error or res.stderr
+    assert res.response["cores"] == [core]
 
 
 def test_io_dir_defaults_to_a_temporary_one(layout) -> None:
