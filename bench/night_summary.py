@@ -57,6 +57,8 @@ def summarise(experiment: Path) -> dict:
                 for k in sorted({k for r in rest for k in r["cost"]})},
             "failed_share": (sum(r["state"] == "FAILED" for r in rows) / len(rows)
                              if rows else 0.0),
+            # knob samples the target's constraints ruled out before any candidate was made
+            "constrained": sum(t.user_attrs.get("state") == "CONSTRAINED" for t in study.trials),
             "rows": rows,
         }
     return out
