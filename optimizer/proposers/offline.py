@@ -170,8 +170,9 @@ class _Finder:
                 if isinstance(node, ast.JoinedStr) or node in inside_fstring:
                     inside_fstring.add(child)
         kernel_code = {n for f in ast.walk(tree) if _is_device_kernel(f) for n in ast.walk(f)}
+        plumbing = _shape_plumbing(tree)
         for node in ast.walk(tree):
-            if node in inside_fstring or node in kernel_code:
+            if node in inside_fstring or node in kernel_code or node in plumbing:
                 continue
             if (
                 isinstance(node, ast.Constant)
@@ -192,6 +193,30 @@ class _Finder:
                 if when == "always" or _float_context(node, parents.get(node)):
                     self.operator(node.left, node.right, symbol, new, 1.0)
         return self.sites
+
+
+# methods whose numeric arguments say which dimension or what shape, not how fast
+_SHAPE_METHODS = {"view", "reshape", "size", "stride", "permute", "transpose", "flatten",
+                  "unsqueeze", "squeeze", "expand", "movedim", "unflatten", "split", "chunk"}
+_DIM_KEYWORDS = {"dim", "dims", "axis", "axes"}
+
+
+def _shape_plumbing(tree: ast.AST) -> set[ast.AST]:
+    """Nodes that index or reshape (``x.shape[1]``, ``x.view(-1, n)``, ``dim=-1``): a blind
+    edit there breaks the program's contract, never speeds it up (in an H200 kernel night
+    such edits were most of the crashes: a shape of -2 rows, a dimension 2 of a matrix)."""
+    out: set[ast.AST] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript):
+            out.update(ast.walk(node.slice))
+        elif isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute) and node.func.attr in _SHAPE_METHODS:
+                for arg in (*node.args, *(k.value for k in node.keywords)):
+                    out.update(ast.walk(arg))
+            for kw in node.keywords:
+                if kw.arg in _DIM_KEYWORDS:
+                    out.update(ast.walk(kw.value))
+    return out
 
 
 def _is_device_kernel(node: ast.AST) -> bool:

@@ -328,3 +328,34 @@ def test_code_inside_a_gpu_kernel_is_never_mutated():
         assert kernel_lines in new, out.summary  # the jit function is byte for byte the same
         changed_host += new != KERNEL
     assert changed_host == 40  # the host function's literals and operators still mutate
+
+
+PLUMBING = '''
+import torch
+
+# EVOLVE-BLOCK-START
+SCALE = 3  # not a knob: a literal the mutation may change
+
+
+def launch(x):
+    rows = x.shape[1]
+    y = x.reshape(-1, 4096).sum(dim=1)
+    return y[:rows] * SCALE + x.size(0)
+# EVOLVE-BLOCK-END
+'''
+
+
+def test_indices_shapes_and_dimensions_are_never_mutated():
+    """x.shape[1], reshape(-1, 4096), dim=1 and size(0) say which axis or what shape: an
+    edit there crashes or computes garbage, so only SCALE and the operators change."""
+    prop = OfflineProposer(seed=5, knob_search_share=0.0)
+    plumbing = ("x.shape[1]", "x.reshape(-1, 4096)", ".sum(dim=1)", "y[:rows]", "x.size(0)")
+    changed = 0
+    for iteration in range(40):
+        out = prop.propose(context(entry({"kernel.py": PLUMBING}), iteration=iteration))
+        if out.rejected is not None:
+            continue
+        new = out.files["kernel.py"]
+        assert all(p in new for p in plumbing), (out.summary, new)
+        changed += new != PLUMBING
+    assert changed >= 20  # SCALE and the arithmetic still mutate
