@@ -243,14 +243,17 @@ def _search(r: Run, lane: Lane, sandbox: Sandbox, slot: Slot) -> None:
 
 def _search_concurrently(r: Run, lane: Lane, slots: list[tuple[Slot, Sandbox]]) -> None:
     """The same search with ``proposer.concurrency`` proposals being made while every slot
-    evaluates one candidate. Proposing and evaluating run unlocked; everything that
-    touches the archive, the study, git, MLflow or the budgets holds ``lock``. A proposal
+    evaluates one candidate and one thread records the evaluated ones. Proposing and
+    evaluating run unlocked; everything that touches the archive, the study, git, MLflow
+    or the budgets holds ``lock``. A proposal
     still queued when the slice ends or a stop is asked for is not evaluated (no trial,
     no branch)."""
     lock = threading.Lock()
     work: queue.Queue[Proposal | None] = queue.Queue(maxsize=len(slots))
     done = threading.Event()
     errors: list[BaseException] = []
+    settling: queue.Queue[tuple[_Admitted, EvalResult, str] | None] = queue.Queue(
+        maxsize=2 * len(slots))
     flying = [0]  # proposals made or being made whose candidates are not settled yet
     dropped = [0]
 
@@ -303,8 +306,8 @@ def _search_concurrently(r: Run, lane: Lane, slots: list[tuple[Slot, Sandbox]]) 
                     result, eval_log = evaluate_candidate(
                         r, lane.target, lane.evaluator, sandbox, admitted.cand.id,
                         admitted.cand_dir, slot=slot)
-                    with lock:
-                        _settle(r, lane, admitted, result, eval_log)
+                    settling.put((admitted, result, eval_log))  # the slot takes the next one
+                    continue
                 with lock:
                     flying[0] -= 1
                     if _duplicate_streak(lane, admitted is not False):
@@ -312,11 +315,27 @@ def _search_concurrently(r: Run, lane: Lane, slots: list[tuple[Slot, Sandbox]]) 
             except BaseException as exc:  # noqa: BLE001 - re-raised by the caller's thread
                 fail(exc)
 
+    def recording() -> None:
+        """Records evaluated candidates in order (branch, MLflow, trial, archive) off the
+        slots' path; a kill before a record is written leaves its trial RUNNING, which
+        ``--resume`` turns into an interrupted candidate, as for one killed mid-evaluation."""
+        while (item := settling.get()) is not None:
+            if errors:
+                continue
+            try:
+                with lock:
+                    _settle(r, lane, *item)
+                    flying[0] -= 1
+                    _duplicate_streak(lane, True)
+            except BaseException as exc:  # noqa: BLE001 - re-raised by the caller's thread
+                fail(exc)
+
     workers = [threading.Thread(target=proposing, name=f"propose-{i}", daemon=True)
                for i in range(r.config.proposer.concurrency)]
     slot_threads = [threading.Thread(target=evaluating, args=pair, daemon=True,
                                      name=f"slot-{pair[0].index}") for pair in slots]
-    for t in (*workers, *slot_threads):
+    recorder = threading.Thread(target=recording, name="record", daemon=True)
+    for t in (*workers, *slot_threads, recorder):
         t.start()
     for t in workers:
         t.join()
@@ -324,6 +343,8 @@ def _search_concurrently(r: Run, lane: Lane, slots: list[tuple[Slot, Sandbox]]) 
         work.put(None)
     for t in slot_threads:
         t.join()
+    settling.put(None)
+    recorder.join()
     if errors:
         raise errors[0]
     if dropped[0]:
