@@ -44,6 +44,7 @@ from optimizer.night import (
 from optimizer.proposers._base import ProposalContext, Proposer
 from optimizer.recording import running_message, save, write_attrs
 from optimizer.records import (
+    SEED_ID,
     ArchiveEntry,
     Candidate,
     CandidateRecord,
@@ -152,41 +153,30 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
         search_deadline=deadline - CONFIRM_SHARE * slice_s,
         kind_text=evaluator.prompt_text(),
         trusted_files=evaluator.prompt_files(),
+        deadline=deadline,
+        slice_s=slice_s,
     )
     slots = slot_plan.plan(r.config.run.slots, type(evaluator).uses_gpu)
     if not type(evaluator).concurrent_evaluations:
         slots = slots[:1]
+    serial = len(slots) == 1 and r.config.proposer.concurrency == 1
     with contextlib.ExitStack() as stack:
         sandboxes = [stack.enter_context(make_sandbox(r.config, target, evaluator, slot=s))
                      for s in slots]
-        if archive.seed is None:
-            seed_files = target.seed_files()
-            seed = Proposal(
-                "seed",
-                None,
-                seed_files,
-                "the target's seed program",
-                fixed_knobs=knobs.values_of(seed_files),
-            )
-            _candidate(r, lane, sandboxes[0], slots[0], seed)
-        if archive.seed is None or archive.seed.state is not CandidateState.VALID:
-            why = archive.seed.reason if archive.seed else "not evaluated"
-            if archive.seed is not None and archive.seed.state is CandidateState.PRUNED:
-                out.note = f"seed not measured here ({why[:300]}); skipped on this machine"
-            else:
-                out.note = f"seed program is not valid ({why[:300]}); nothing to optimise against"
-            r.say(f"[{target.name}] {out.note}")
-            return _finish_summary(out, archive, earlier)
-        if out.eval_s:  # the seed's cost says what confirming a winner will take
-            lane.search_deadline = deadline - _winner_reserve(r, evaluator, out.eval_s[0],
-                                                              slice_s)
         # the target's other starting programs come first, each a structure of its own
         lane.starts = [s for s in target.starts
                        if content_hash(target.start_files(s)) not in archive.hashes]
-        if len(slots) == 1 and r.config.proposer.concurrency == 1:
+        if serial:
+            if archive.seed is None:
+                _candidate(r, lane, sandboxes[0], slots[0], _seed_proposal(target))
+            if not _seed_is_valid(r, lane):
+                return _finish_summary(out, archive, earlier)
             _search(r, lane, sandboxes[0], slots[0])
-        else:
+        else:  # the seed and the starts side by side; proposals once the seed is valid
+            lane.seed_to_evaluate = archive.seed is None
             _search_concurrently(r, lane, list(zip(slots, sandboxes, strict=True)))
+            if not _seed_is_valid(r, lane):
+                return _finish_summary(out, archive, earlier)
         if not r.budget.stop.is_set():
 
             def trial(files: dict[str, str], summary: str, parent: str) -> ArchiveEntry | None:
@@ -223,12 +213,48 @@ class Lane:
     search_deadline: float
     kind_text: str
     trusted_files: dict[str, str]
+    deadline: float = 0.0  # the end of the target's slice
+    slice_s: float = 0.0
     starts: list[str] = dataclasses.field(default_factory=list)
     dup_streak: int = 0
+    seed_to_evaluate: bool = False  # the concurrent search begins with the seed
+    reserve_set: bool = False  # the winner's reserve, from the seed's cost, is applied
+    seed_cost_s: float = 0.0  # what the seed's evaluation cost this night
+
+    def reserve_for_winner(self, r: Run) -> None:
+        """Once the seed is measured: keep what confirming a winner will take (the seed's
+        cost says what each of its evaluations will take)."""
+        if self.reserve_set or not self.seed_cost_s:
+            return  # a seed of an earlier night: the default share of the slice
+        self.reserve_set = True
+        self.search_deadline = self.deadline - _winner_reserve(
+            r, self.evaluator, self.seed_cost_s, self.slice_s)
 
     @property
     def target(self) -> TargetSpec:
         return self.entry.spec
+
+
+def _seed_proposal(target: TargetSpec) -> Proposal:
+    files = target.seed_files()
+    return Proposal("seed", None, files, "the target's seed program",
+                    fixed_knobs=knobs.values_of(files))
+
+
+def _seed_is_valid(r: Run, lane: Lane) -> bool:
+    """Whether there is a measured seed to optimise against; if not, the target's note
+    says why (a seed not measurable on this machine is skipped, not an error)."""
+    seed = lane.archive.seed
+    if seed is not None and seed.state is CandidateState.VALID:
+        lane.reserve_for_winner(r)
+        return True
+    why = seed.reason if seed else "not evaluated"
+    if seed is not None and seed.state is CandidateState.PRUNED:
+        lane.out.note = f"seed not measured here ({why[:300]}); skipped on this machine"
+    else:
+        lane.out.note = f"seed program is not valid ({why[:300]}); nothing to optimise against"
+    r.say(f"[{lane.target.name}] {lane.out.note}")
+    return False
 
 
 def _search(r: Run, lane: Lane, sandbox: Sandbox, slot: Slot) -> None:
@@ -248,7 +274,7 @@ def _search_concurrently(r: Run, lane: Lane, slots: list[tuple[Slot, Sandbox]]) 
     or the budgets holds ``lock``. A proposal
     still queued when the slice ends or a stop is asked for is not evaluated (no trial,
     no branch)."""
-    lock = threading.Lock()
+    lock = threading.RLock()  # re-entered by the store guards of a candidate admitted under it
     work: queue.Queue[Proposal | None] = queue.Queue(maxsize=len(slots))
     done = threading.Event()
     errors: list[BaseException] = []
@@ -256,6 +282,11 @@ def _search_concurrently(r: Run, lane: Lane, slots: list[tuple[Slot, Sandbox]]) 
         maxsize=2 * len(slots))
     flying = [0]  # proposals made or being made whose candidates are not settled yet
     dropped = [0]
+
+    mlflow_lock = threading.Lock()  # the tracker's: a rejected proposal logs under `lock`
+
+    def guarded(part: str) -> contextlib.AbstractContextManager[Any]:
+        return mlflow_lock if part == "mlflow" else lock
 
     def fail(exc: BaseException) -> None:
         with lock:
@@ -299,7 +330,7 @@ def _search_concurrently(r: Run, lane: Lane, slots: list[tuple[Slot, Sandbox]]) 
                 late = (r.budget.stop.is_set() or time.monotonic() >= lane.search_deadline
                         or lane.dup_streak >= MAX_DUPLICATES_IN_A_ROW)
                 with lock:
-                    admitted = None if late else _admit(r, lane, proposal)
+                    admitted = None if late else _admit(r, lane, proposal, guarded)
                     if late:
                         dropped[0] += 1
                 if isinstance(admitted, _Admitted):
@@ -323,8 +354,8 @@ def _search_concurrently(r: Run, lane: Lane, slots: list[tuple[Slot, Sandbox]]) 
             if errors:
                 continue
             try:
+                _settle(r, lane, *item, guard=guarded)  # MLflow outside the lock
                 with lock:
-                    _settle(r, lane, *item)
                     flying[0] -= 1
                     _duplicate_streak(lane, True)
             except BaseException as exc:  # noqa: BLE001 - re-raised by the caller's thread
@@ -374,12 +405,21 @@ def _next_job(r: Run, lane: Lane, flying: int = 0) -> Proposal | ProposalContext
         return _WAIT
     if lane.entry.max_candidates and out.candidates + flying >= lane.entry.max_candidates:
         return _WAIT if out.candidates < lane.entry.max_candidates else None
-    assert archive.seed is not None
+    if lane.seed_to_evaluate:
+        lane.seed_to_evaluate = False
+        return _seed_proposal(target)
     if lane.starts:
         start = lane.starts.pop(0)
         files = target.start_files(start)
-        return Proposal("start", archive.seed.id, files, f"the target's start {start}",
+        return Proposal("start", SEED_ID, files, f"the target's start {start}",
                         fixed_knobs=knobs.values_of(files))
+    if archive.seed is None:
+        return _WAIT  # the seed is still being evaluated
+    if archive.seed.state is not CandidateState.VALID:
+        return None
+    lane.reserve_for_winner(r)
+    if time.monotonic() >= lane.search_deadline:
+        return None
     parent = archive.pick_parent(lane.rng)
     return ProposalContext(
         target=target,
@@ -444,7 +484,9 @@ def _candidate(r: Run, lane: Lane, sandbox: Sandbox, slot: Slot, proposal: Propo
     return True
 
 
-def _admit(r: Run, lane: Lane, proposal: Proposal) -> _Admitted | bool:
+def _admit(r: Run, lane: Lane, proposal: Proposal,
+           guard: Callable[[str], contextlib.AbstractContextManager[Any]] | None = None,
+           ) -> _Admitted | bool:
     """Knob values, content hash and branch of a proposal: the candidate to evaluate, or
     True when it was recorded as rejected, False when it was a duplicate."""
     target, study, archive, out = lane.target, lane.study, lane.archive, lane.out
@@ -455,7 +497,7 @@ def _admit(r: Run, lane: Lane, proposal: Proposal) -> _Admitted | bool:
         except ProposalError as exc:
             proposal = dataclasses.replace(proposal, rejected=f"bad knob declaration: {exc}")
     if proposal.rejected is not None:
-        _record_rejected(r, target, study, archive, proposal, out)
+        _record_rejected(r, target, study, archive, proposal, out, guard)
         return True
     dists = knobs.distributions(knob_set.values())
     structure = knobs.structure_key(proposal.files)
@@ -475,7 +517,7 @@ def _admit(r: Run, lane: Lane, proposal: Proposal) -> _Admitted | bool:
     if broken is not None:
         _record_rejected(r, target, study, archive, dataclasses.replace(
             proposal, rejected=f"knob values {values} break the target's constraint "
-                               f"{broken}"), out)
+                               f"{broken}"), out, guard)
         return True
     files = knobs.substitute_files(proposal.files, values)
     digest = content_hash(files)
@@ -506,11 +548,17 @@ def _admit(r: Run, lane: Lane, proposal: Proposal) -> _Admitted | bool:
                      time.perf_counter() - t0)
 
 
-def _settle(r: Run, lane: Lane, a: _Admitted, result: EvalResult, eval_log: str) -> None:
-    """Record an evaluated candidate everywhere (branch, MLflow, trial) and in the archive."""
-    target, archive, out, cand = lane.target, lane.archive, lane.out, a.cand
+def _settle(r: Run, lane: Lane, a: _Admitted, result: EvalResult, eval_log: str,
+            guard: Callable[[str], contextlib.AbstractContextManager[Any]] | None = None,
+            ) -> None:
+    """Record an evaluated candidate everywhere (branch, MLflow, trial) and in the archive.
+    ``guard(part)`` is held around each part ("git", "mlflow", "optuna", "state"); by
+    default nothing is (the serial loop)."""
+    hold = guard or (lambda part: contextlib.nullcontext())
+    target, archive, cand = lane.target, lane.archive, a.cand
     t1 = time.perf_counter()
-    best_before = archive.best()
+    with hold("state"):
+        best_before = archive.best()
     io_dir = io_dir_of(r.config, target, cand.id)
     save(
         r,
@@ -524,15 +572,26 @@ def _settle(r: Run, lane: Lane, a: _Admitted, result: EvalResult, eval_log: str)
         response=a.proposal.response,
         eval_log=eval_log,
         outputs=lambda run_id: log_outputs(r, lane.evaluator, run_id, result, io_dir),
+        guard=hold,
     )
-    if not r.config.vcs.keep_worktrees:
-        r.ws.remove_worktree(target.name, cand.id)
+    with hold("git"):
+        if not r.config.vcs.keep_worktrees:
+            r.ws.remove_worktree(target.name, cand.id)
+    with hold("state"):
+        _add_to_archive(r, lane, a, result, best_before, t1)
+
+
+def _add_to_archive(r: Run, lane: Lane, a: _Admitted, result: EvalResult,
+                    best_before: ArchiveEntry | None, t1: float) -> None:
+    target, archive, out, cand = lane.target, lane.archive, lane.out, a.cand
     entry = ArchiveEntry.of(cand, result)
     archive.add(entry, a.structure, a.digest)
     r.proposer.observe(entry)
     r.budget.candidates += 1
     out.candidates += 1
     out.eval_s.append(result.cost_s)
+    if a.proposal.proposer == "seed":
+        lane.seed_cost_s = result.cost_s
     best = archive.best()
     if a.proposal.usage.calls and best is not None and best is not best_before:
         r.ledger.mark_improvement(target.name, candidate=best.id, model=a.proposal.usage.model)
@@ -547,6 +606,7 @@ def _record_rejected(
     archive: Archive,
     proposal: Proposal,
     out: TargetSummary,
+    guard: Callable[[str], contextlib.AbstractContextManager[Any]] | None = None,
 ) -> None:
     """A proposal without usable code: a REJECTED candidate with a trial and a run, no branch."""
     trial = study.ask()
@@ -564,7 +624,7 @@ def _record_rejected(
     record = CandidateRecord.of(cand)
     write_attrs(trial, record)
     save(r, target, study, trial, record, cand, result, prompt=proposal.prompt,
-         response=proposal.response)
+         response=proposal.response, guard=guard)
     entry = ArchiveEntry.of(cand, result, files=proposal.files)
     archive.add(entry, "rejected")
     r.proposer.observe(entry)

@@ -13,7 +13,9 @@ marked FAILED ("interrupted") everywhere (:mod:`optimizer.resume`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import optuna
@@ -37,17 +39,35 @@ def save(
     response: str = "",
     eval_log: str = "",
     outputs: Callable[[str], None] | None = None,
+    guard: Callable[[str], AbstractContextManager[Any]] | None = None,
 ) -> CandidateRecord:
     """Finish ``cand`` in git, MLflow and Optuna, in that order; returns the final record.
 
     ``outputs(run_id)`` logs what the evaluation left besides metrics (called right after
     the MLflow run exists). A candidate without a branch (a rejected proposal: no code)
-    skips the git step.
+    skips the git step. ``guard(store)`` is held around each store's step ("git",
+    "mlflow", "optuna"): the concurrent search records one candidate in MLflow while
+    another is admitted.
     """
+    hold = guard or (lambda store: contextlib.nullcontext())
     commit = diff = ""
     if record.branch:
-        commit = r.ws.annotate(target.name, cand.id, commit_message(target, cand, result))
-        diff = r.ws.diff(target.name, cand.id)
+        with hold("git"):
+            commit = r.ws.annotate(target.name, cand.id, commit_message(target, cand, result))
+            diff = r.ws.diff(target.name, cand.id)
+    with hold("mlflow"):
+        run_id = _log(r, trial, cand, result, record, commit, diff, prompt, response, eval_log,
+                      outputs)
+    final = record.finished(result, commit, run_id)
+    with hold("optuna"):
+        write_attrs(trial, final)
+        tell(study, trial, result)
+    return final
+
+
+def _log(r: Run, trial: Any, cand: Candidate, result: EvalResult, record: CandidateRecord,
+         commit: str, diff: str, prompt: str, response: str, eval_log: str,
+         outputs: Callable[[str], None] | None) -> str:
     run_id = r.tracker.log_candidate(
         parent_run_id=r.summary.parent_run_id,
         candidate=cand,
@@ -62,10 +82,7 @@ def save(
     )
     if outputs is not None:
         outputs(run_id)
-    final = record.finished(result, commit, run_id)
-    write_attrs(trial, final)
-    tell(study, trial, result)
-    return final
+    return run_id
 
 
 def write_attrs(trial: Any, record: CandidateRecord) -> None:

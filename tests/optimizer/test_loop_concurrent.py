@@ -181,3 +181,39 @@ def test_a_rejected_or_duplicate_proposal_in_flight_is_recorded_once(
     assert 40 <= streak <= 40 + 2 and t.duplicates >= streak  # + the two slots' last ones
     status = collect_status(cfg)
     assert status["consistent"], status
+
+
+def test_the_seed_and_the_starts_are_evaluated_side_by_side(
+        toy_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With three slots a target's seed and its two starts run at once; proposals wait for
+    the seed's verdict (they need a measured seed to improve on)."""
+    import subprocess
+
+    target = toy_repo / "targets/function/toy"
+    for i, x in enumerate((5, 6)):
+        (target / "variants").mkdir(exist_ok=True)
+        (target / "variants" / f"v{i}.py").write_text(
+            (target / "program.py").read_text().replace("X = 1  #", f"X = {x}  #"))
+    (target / "target.toml").write_text((target / "target.toml").read_text()
+                                        + 'starts = ["variants/v0.py", "variants/v1.py"]\n')
+    subprocess.run(["git", "-C", str(toy_repo), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(toy_repo), "-c", "user.name=t", "-c", "user.email=t@t",
+                    "commit", "-qm", "starts"], check=True)
+    repo = _timed_repo(toy_repo, tmp_path, monkeypatch)
+    monkeypatch.setenv("TOY_EVAL_S", "0.5")
+    monkeypatch.setattr(slot_plan.os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    cfg = load_experiment(repo / "experiments/toy.toml",
+                          ["budget.max_candidates=6", "run.slots=3", "proposer.concurrency=2",
+                           "stats.minimize_trials=0"], workspace=repo)
+    summary = run(cfg, proposer=SlowProposer(0.05), say=lambda s: None)
+    assert summary.targets[0].candidates == 6
+    study = optuna.load_study(study_name="toy/toy", storage=cfg.optuna_storage)
+    by_id = {t.user_attrs["candidate"]: t for t in study.trials if t.user_attrs.get("candidate")}
+    first = sorted(by_id.values(), key=lambda t: t.datetime_start)[:3]
+    assert {t.user_attrs["proposer"] for t in first} == {"seed", "start"}
+    seed = by_id["c0001"]
+    starts = [t for t in by_id.values() if t.user_attrs["proposer"] == "start"]
+    assert len(starts) == 2
+    assert all(t.datetime_start < seed.datetime_complete for t in starts)  # beside the seed
+    later = [t for t in by_id.values() if t.user_attrs["proposer"] not in ("seed", "start")]
+    assert later and all(t.datetime_start >= seed.datetime_complete for t in later)
