@@ -178,12 +178,17 @@ class _CasePool:
         self.ref_device = _reference_device()
         self.params: Path | None = None
         self.meta: list[Any] = []
+        self._lock = threading.Lock()  # slots draw cases at once; the first sets the params
 
     def __len__(self) -> int:
         return len(self.draws)
 
     def get(self, k: int) -> tuple[Any, list[Any], Path]:
         """Case ``k`` with its references and its saved inputs, made on first use."""
+        with self._lock:
+            return self._get(k)
+
+    def _get(self, k: int) -> tuple[Any, list[Any], Path]:
         if k not in self.made:
             import torch
             from safetensors.torch import save_file

@@ -70,3 +70,33 @@ def test_the_final_check_runs_every_case_of_the_pool(tmp_path):
         assert final.state is CandidateState.INVALID and "final check" in final.reason
         ok = check(CORRECT, final=True)
         assert ok.state is CandidateState.VALID and f"all {len(dists)}" in ok.reason
+
+
+def test_evaluations_in_several_slots_at_once_see_one_pool(tmp_path):
+    """Four threads (four slots) check the RMSNorm seed at once, each with its own seed and
+    context: all VALID, and the pool holds one parameter set, the one every case uses (a
+    pool drawn from two threads once saved two, and the seed was judged INVALID)."""
+    import threading
+
+    spec = load_target(ROOT / "targets/kernels/rmsnorm", ROOT)
+    evaluator = KernelEvaluator(spec)
+    results: dict[int, object] = {}
+    with Sandbox(SandboxSettings(timeout_s=180)) as sandbox:
+
+        def check(seed: int) -> None:
+            io = tmp_path / f"io{seed}"
+            io.mkdir()
+            ctx = EvalContext(sandbox, seed=seed, scratch=tmp_path / f"s{seed}", io_dir=io,
+                              device="cpu", timeout_s=180, cache_dir=tmp_path / "cache")
+            results[seed] = evaluator.correctness(spec.path, ctx)
+
+        threads = [threading.Thread(target=check, args=(seed,)) for seed in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert all(r.state is CandidateState.VALID for r in results.values()), \
+        [r.reason for r in results.values()]
+    for pool in evaluator._pools.values():
+        first = next(iter(pool.made.values()))[0]
+        assert all(case.params is first.params for case, _, _ in pool.made.values())
