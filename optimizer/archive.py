@@ -10,7 +10,13 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from optimizer.records import ArchiveEntry, CandidateState, candidate_id, candidate_number
+from optimizer.records import (
+    SEED_ID,
+    ArchiveEntry,
+    CandidateState,
+    candidate_id,
+    candidate_number,
+)
 from optimizer.targets import TargetSpec
 
 
@@ -31,9 +37,10 @@ class Archive:
             self.hashes[content_hash] = entry.id
 
     def next_id(self) -> str:
-        """The id the next candidate of this target gets (the seed's is ``SEED_ID``)."""
-        taken = [*(e.id for e in self.entries), *self.pending.values()]
-        return candidate_id(1 + max((candidate_number(c) for c in taken), default=0))
+        """The id the next candidate of this target gets; ``SEED_ID`` is the seed's alone
+        (with several slots the seed and the starts are admitted in any order)."""
+        taken = [SEED_ID, *(e.id for e in self.entries), *self.pending.values()]
+        return candidate_id(1 + max(candidate_number(c) for c in taken))
 
     def get(self, cid: str) -> ArchiveEntry:
         for entry in self.entries:
@@ -43,7 +50,8 @@ class Archive:
 
     @property
     def seed(self) -> ArchiveEntry | None:
-        return self.entries[0] if self.entries else None
+        """The seed, once it is evaluated (it need not be the first entry)."""
+        return next((e for e in self.entries if e.id == SEED_ID), None)
 
     def valid(self) -> list[ArchiveEntry]:
         return [e for e in self.entries if e.state is CandidateState.VALID and e.objectives]

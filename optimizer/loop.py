@@ -527,7 +527,7 @@ def _admit(r: Run, lane: Lane, proposal: Proposal,
         out.duplicates += 1
         return False
     cand = Candidate(
-        archive.next_id(),
+        SEED_ID if proposal.proposer == "seed" else archive.next_id(),
         target.name,
         proposal.parent_id,
         proposal.proposer,
@@ -612,7 +612,7 @@ def _record_rejected(
     trial = study.ask()
     result = EvalResult(CandidateState.REJECTED, str(proposal.rejected), "proposal")
     cand = Candidate(
-        archive.next_id(),
+        SEED_ID if proposal.proposer == "seed" else archive.next_id(),
         target.name,
         proposal.parent_id,
         proposal.proposer,

@@ -211,7 +211,8 @@ def test_the_seed_and_the_starts_are_evaluated_side_by_side(
     by_id = {t.user_attrs["candidate"]: t for t in study.trials if t.user_attrs.get("candidate")}
     first = sorted(by_id.values(), key=lambda t: t.datetime_start)[:3]
     assert {t.user_attrs["proposer"] for t in first} == {"seed", "start"}
-    seed = by_id["c0001"]
+    seed = by_id["c0001"]  # the seed's id, whichever was admitted first
+    assert seed.user_attrs["proposer"] == "seed"
     starts = [t for t in by_id.values() if t.user_attrs["proposer"] == "start"]
     assert len(starts) == 2
     assert all(t.datetime_start < seed.datetime_complete for t in starts)  # beside the seed
