@@ -156,9 +156,9 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
         deadline=deadline,
         slice_s=slice_s,
     )
-    slots = slot_plan.plan(r.config.run.slots, type(evaluator).uses_gpu)
-    if not type(evaluator).concurrent_evaluations:
-        slots = slots[:1]
+    # a kind that cannot evaluate in several threads gets one slot, and the whole machine
+    wanted = r.config.run.slots if type(evaluator).concurrent_evaluations else 1
+    slots = slot_plan.plan(wanted, type(evaluator).uses_gpu)
     serial = len(slots) == 1 and r.config.proposer.concurrency == 1
     with contextlib.ExitStack() as stack:
         sandboxes = [stack.enter_context(make_sandbox(r.config, target, evaluator, slot=s))
