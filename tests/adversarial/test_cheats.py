@@ -28,6 +28,7 @@ import ast
 import json
 import os
 import shutil
+import statistics
 import tempfile
 import time
 import tomllib
@@ -129,6 +130,29 @@ def _objective(target_dir: Path) -> tuple[str, bool, float]:
     obj = spec["objectives"][0]
     return obj["metric"], obj.get("direction", "minimize") == "minimize", float(
         spec.get("min_gain", 0.0))
+
+
+def _timed(target_dir: Path) -> bool:
+    """Whether the target's objective is a timing (noisy), not an exact value."""
+    spec = tomllib.loads((target_dir / "target.toml").read_text())
+    return spec.get("noise", "timing") == "timing"
+
+
+PAIRS = 4  # seed and cheat, alternately, when one reading says the cheat won
+
+
+def _paired_medians(cheat: Cheat, value: float, seed: float, metric: str,
+                    capsys: pytest.CaptureFixture[str], spec_cache: Path) -> tuple[float, float]:
+    """Medians of the cheat's and the seed's metric over the first readings and PAIRS more
+    of each, measured alternately (a VALID cheat that stops being VALID keeps its value)."""
+    extra = _settings(cheat.family, spec_cache)
+    cheats, seeds = [value], [seed]
+    for _ in range(PAIRS):
+        for program, sink in ((None, seeds), (cheat.path, cheats)):
+            data, _ = _evaluate(cheat.target_dir, program, extra, capsys)
+            if data["state"] == "VALID" and data["metrics"].get(metric) is not None:
+                sink.append(float(data["metrics"][metric]))
+    return statistics.median(cheats), statistics.median(seeds)
 
 
 def _known_holes() -> set[str]:
@@ -285,6 +309,12 @@ def test_cheat_does_not_win(cheat: Cheat, capsys, seeds, record, spec_cache) -> 
             f"({data['reason'][:300]})")
         return
     if cheat.no_gain_allowed and data["state"] == "VALID":
+        if wins and _timed(cheat.target_dir):
+            # one reading of each, minutes apart on a loaded machine, is not a win (the loop
+            # never publishes one either): seed and cheat again, alternately, and medians
+            value, seed = _paired_medians(cheat, value, seed, metric, capsys, spec_cache)
+            wins = _wins(value, seed, minimise, min_gain)
+            record[cheat.key].update(value=value, seed_value=seed, wins=wins, paired=True)
         assert not wins, (f"{cheat.key}: VALID and {metric} = {value:.6g} beats the seed's "
                           f"{seed:.6g} by more than {min_gain:.0%}: the attack worked")
         return
