@@ -270,10 +270,10 @@ def _search(r: Run, lane: Lane, sandbox: Sandbox, slot: Slot) -> None:
 def _search_concurrently(r: Run, lane: Lane, slots: list[tuple[Slot, Sandbox]]) -> None:
     """The same search with ``proposer.concurrency`` proposals being made while every slot
     evaluates one candidate and one thread records the evaluated ones. Proposing and
-    evaluating run unlocked; everything that touches the archive, the study, git, MLflow
-    or the budgets holds ``lock``. A proposal
-    still queued when the slice ends or a stop is asked for is not evaluated (no trial,
-    no branch)."""
+    evaluating run unlocked; everything that touches the archive, the study, git or the
+    budgets holds ``lock`` (MLflow has a lock of its own). A proposal still queued when the
+    slice ends, a stop is asked for or the duplicate streak is reached is not evaluated
+    (no trial, no branch)."""
     lock = threading.RLock()  # re-entered by the store guards of a candidate admitted under it
     work: queue.Queue[Proposal | None] = queue.Queue(maxsize=len(slots))
     done = threading.Event()
