@@ -35,30 +35,6 @@ from optimizer.config import load_experiment  # noqa: E402
 from optimizer.loop import run  # noqa: E402
 from optimizer.proposers.offline import OfflineProposer  # noqa: E402
 
-EVALUATE = """
-import importlib.util
-import os
-import time
-import uuid
-
-
-def _load(path):
-    spec = importlib.util.spec_from_file_location(f"_c{uuid.uuid4().hex}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def validate(path):
-    assert _load(path).cost() >= 0
-
-
-def evaluate(path):
-    value = float(_load(path).cost())
-    time.sleep(float(os.environ["THROUGHPUT_EVAL_S"]))
-    return {"cost": value}
-"""
-
 CONFIGS = ((1, 1), (1, 4), (2, 1), (2, 4), (2, 8))
 
 
@@ -81,7 +57,7 @@ def _repo(tmp: Path) -> Path:
     target.mkdir(parents=True)
     (target / "target.toml").write_text(conftest.TOY_TARGET)
     (target / "program.py").write_text(conftest.TOY_PROGRAM)
-    (target / "evaluate.py").write_text(EVALUATE)
+    (target / "evaluate.py").write_text(conftest.SLOW_EVALUATE)
     conftest.write_experiment(repo)
     (repo / ".gitignore").write_text(".optimizer*/\n")
     subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
@@ -111,8 +87,7 @@ def measure(repo: Path, slots: int, concurrency: int, n: int, proposal_s: float)
             # what an evaluation costs beyond evaluate() itself: validate(), the sandboxed
             # processes, the stand-in's round trips
             "fixed_eval_s_median": round(
-                sorted(t.eval_s[1:])[len(t.eval_s[1:]) // 2] - float(os.environ[
-                    "THROUGHPUT_EVAL_S"]), 3),
+                sorted(t.eval_s[1:])[len(t.eval_s[1:]) // 2] - float(os.environ["TOY_EVAL_S"]), 3),
             "engine_overhead_ms_median": round(
                 sorted(summary.engine_overhead_ms[1:])[len(summary.engine_overhead_ms[1:]) // 2],
                 1)}
@@ -127,7 +102,7 @@ def main() -> None:
                     help="slots x concurrency pairs, e.g. 1x1,2x8")
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/throughput.json")
     args = ap.parse_args()
-    os.environ["THROUGHPUT_EVAL_S"] = str(args.eval_s)
+    os.environ["TOY_EVAL_S"] = str(args.eval_s)
     configs = [tuple(int(x) for x in c.split("x")) for c in args.configs.split(",")]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

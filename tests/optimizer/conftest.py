@@ -59,6 +59,27 @@ def evaluate_held_out(path):
 """
 
 
+# the toy's evaluate.py with an evaluation of a fixed cost: it sleeps TOY_EVAL_S and, when
+# TOY_EVAL_LOG names a file, appends when it ran (the concurrency tests and bench/throughput)
+SLOW_EVALUATE = TOY_EVALUATE.split("def evaluate_held_out")[0].replace(
+    "import importlib.util\n", "import importlib.util\nimport json\nimport os\nimport time\n", 1
+).replace(
+    """    mod = _load(path)
+    return {"cost": float(mod.cost()), "x": float(mod.X)}""",
+    """    start = time.monotonic()
+    value = float(_load(path).cost())
+    time.sleep(float(os.environ.get("TOY_EVAL_S", "0.4")))
+    if os.environ.get("TOY_EVAL_LOG"):
+        with open(os.environ["TOY_EVAL_LOG"], "a") as fh:
+            fh.write(json.dumps([start, time.monotonic()]) + "\\n")
+    return {"cost": value}""")
+
+
+@pytest.fixture
+def slow_evaluate() -> str:
+    return SLOW_EVALUATE
+
+
 def git(repo: Path, *args: str) -> str:
     return subprocess.run(
         ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True

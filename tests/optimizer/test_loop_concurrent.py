@@ -18,35 +18,6 @@ from optimizer.proposers.offline import OfflineProposer
 from optimizer.records import Proposal
 from optimizer.status import collect_status
 
-# evaluate.py of a toy target whose evaluation takes a while and logs when it ran
-TIMED_EVALUATE = """
-import importlib.util
-import json
-import os
-import time
-import uuid
-
-
-def _load(path):
-    spec = importlib.util.spec_from_file_location(f"_c{uuid.uuid4().hex}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def validate(path):
-    assert _load(path).cost() >= 0
-
-
-def evaluate(path):
-    start = time.monotonic()
-    value = float(_load(path).cost())
-    time.sleep(float(os.environ.get("TOY_EVAL_S", "0.4")))
-    with open(os.environ["TOY_EVAL_LOG"], "a") as fh:
-        fh.write(json.dumps([start, time.monotonic()]) + "\\n")
-    return {"cost": value}
-"""
-
 
 class SlowProposer(OfflineProposer):
     """The offline proposer, taking ``latency_s`` per proposal like a remote model."""
@@ -78,10 +49,11 @@ def _overlaps(spans: list[tuple[float, float]]) -> int:
     return sum(1 for a, b in zip(spans, spans[1:], strict=False) if b[0] < a[1])
 
 
-def _timed_repo(toy_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def _timed_repo(toy_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                evaluate: str) -> Path:
     import subprocess
 
-    (toy_repo / "targets/function/toy/evaluate.py").write_text(TIMED_EVALUATE)
+    (toy_repo / "targets/function/toy/evaluate.py").write_text(evaluate)
     subprocess.run(["git", "-C", str(toy_repo), "-c", "user.name=t", "-c", "user.email=t@t",
                     "commit", "-qam", "timed toy"], check=True)
     monkeypatch.setenv("TOY_EVAL_LOG", str(tmp_path / "evals.jsonl"))
@@ -89,8 +61,9 @@ def _timed_repo(toy_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
 
 def test_two_slots_and_proposals_in_flight_lose_nothing(
-        toy_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    repo = _timed_repo(toy_repo, tmp_path, monkeypatch)
+        toy_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        slow_evaluate: str) -> None:
+    repo = _timed_repo(toy_repo, tmp_path, monkeypatch, slow_evaluate)
     monkeypatch.setenv("TOY_EVAL_S", "0.3")
     # two cores, whatever this machine has: each slot pinned to one
     monkeypatch.setattr(slot_plan.os, "sched_getaffinity", lambda pid: {0, 1})
@@ -120,10 +93,11 @@ def test_two_slots_and_proposals_in_flight_lose_nothing(
 
 
 def test_slots_on_one_device_never_time_at_once(
-        toy_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        toy_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        slow_evaluate: str) -> None:
     """Three slots on one core share its timing lock: evaluate() (the timed phase of the
     function kind) never runs twice at once, while the proposals still overlap."""
-    repo = _timed_repo(toy_repo, tmp_path, monkeypatch)
+    repo = _timed_repo(toy_repo, tmp_path, monkeypatch, slow_evaluate)
     monkeypatch.setenv("TOY_EVAL_S", "0.2")
     monkeypatch.setattr(slot_plan.os, "sched_getaffinity", lambda pid: {0})
     cfg = load_experiment(repo / "experiments/toy.toml",
@@ -138,10 +112,11 @@ def test_slots_on_one_device_never_time_at_once(
 
 
 def test_concurrency_is_faster_than_the_serial_loop(
-        toy_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        toy_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        slow_evaluate: str) -> None:
     """Proposal latency hidden behind evaluations: 10 candidates at 0.4 s of proposal and
     0.3 s of evaluation each take well under the serial loop's time."""
-    repo = _timed_repo(toy_repo, tmp_path, monkeypatch)
+    repo = _timed_repo(toy_repo, tmp_path, monkeypatch, slow_evaluate)
     monkeypatch.setenv("TOY_EVAL_S", "0.3")
     monkeypatch.setattr(slot_plan.os, "sched_getaffinity", lambda pid: {0, 1})
     walls = {}
@@ -184,7 +159,8 @@ def test_a_rejected_or_duplicate_proposal_in_flight_is_recorded_once(
 
 
 def test_the_seed_and_the_starts_are_evaluated_side_by_side(
-        toy_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        toy_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        slow_evaluate: str) -> None:
     """With three slots a target's seed and its two starts run at once; proposals wait for
     the seed's verdict (they need a measured seed to improve on)."""
     import subprocess
@@ -199,7 +175,7 @@ def test_the_seed_and_the_starts_are_evaluated_side_by_side(
     subprocess.run(["git", "-C", str(toy_repo), "add", "-A"], check=True)
     subprocess.run(["git", "-C", str(toy_repo), "-c", "user.name=t", "-c", "user.email=t@t",
                     "commit", "-qm", "starts"], check=True)
-    repo = _timed_repo(toy_repo, tmp_path, monkeypatch)
+    repo = _timed_repo(toy_repo, tmp_path, monkeypatch, slow_evaluate)
     monkeypatch.setenv("TOY_EVAL_S", "0.5")
     monkeypatch.setattr(slot_plan.os, "sched_getaffinity", lambda pid: {0, 1, 2})
     cfg = load_experiment(repo / "experiments/toy.toml",
