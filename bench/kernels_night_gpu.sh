@@ -16,19 +16,9 @@ minutes=${2:-8}
 mkdir -p "$out/kept"
 py=${PYTHON:-python3}
 
-if ! $py -c "import optuna, mlflow, git" 2>/dev/null; then
-    ls .whl/*.whl >/dev/null 2>&1 || { echo "optuna/mlflow/gitpython missing and no .whl/" >&2; exit 2; }
-    site=$(mktemp -d)/site
-    $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" .whl/*.whl
-    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-if ! git rev-parse --git-dir >/dev/null 2>&1; then
-    git init -q && git add -A && git -c user.name=optimizer -c user.email=optimizer@localhost \
-        commit -qm "base of the GPU night"
-fi
+# shellcheck source=bench/gpu_env.sh
+source bench/gpu_env.sh
 
-opt() { $py -c "import sys; from optimizer.cli import main; sys.exit(main())" "$@"; }
 set +e
 opt run experiments/kernels.toml --minutes "$minutes" 2>&1 | tee "$out/night.log"
 status=${PIPESTATUS[0]}

@@ -42,7 +42,8 @@ def make_data(model, tokens: torch.Tensor, *, n_seqs: int, prompt_len: int, gen_
               feature_layers: tuple[int, ...], seed: int, chunk: int = 64) -> dict:
     gen = torch.Generator().manual_seed(seed)
     starts = torch.randint(0, len(tokens) - prompt_len, (n_seqs,), generator=gen).tolist()
-    prompts = torch.stack([tokens[s : s + prompt_len] for s in starts])
+    device = model.embed.weight.device
+    prompts = torch.stack([tokens[s : s + prompt_len] for s in starts]).to(device)
     seqs = torch.cat([greedy_batch(model, prompts[i : i + chunk], gen_len)
                       for i in range(0, n_seqs, chunk)])
     labels, feats = [], []
@@ -76,8 +77,8 @@ def shared_data(model, tokens: torch.Tensor, folder: Path, *, n_seqs: int, promp
         data = make_data(model, tokens, n_seqs=n_seqs, prompt_len=prompt_len, gen_len=gen_len,
                          feature_layers=(), seed=seed)
         tmp = path.with_suffix(f".partial-{os.getpid()}")
-        save_file({"tokens": data["tokens"].contiguous(), "labels": data["labels"].contiguous()},
-                  str(tmp))
+        save_file({"tokens": data["tokens"].cpu().contiguous(),
+                   "labels": data["labels"].cpu().contiguous()}, str(tmp))
         os.replace(tmp, path)
     return path
 

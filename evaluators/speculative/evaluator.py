@@ -53,6 +53,7 @@ from evaluators.speculative.checks import (
 )
 from evaluators.speculative.decoding import DraftContractError
 from evaluators.speculative.distill import shared_data
+from evaluators.speculative.engine import StaticDecoder
 from evaluators.speculative.harness import (
     BusyDraftError,
     DraftSessions,
@@ -150,6 +151,7 @@ class SpeculativeEvaluator(Evaluator):
         self._bundle: TargetBundle | None = None
         self._cache_dir: Path | None = None
         self._models: dict[str, Any] = {}
+        self._engines: dict[str, StaticDecoder] = {}
         self._runs: dict[str, dict[str, Any]] = {}
         self._checked: set[tuple[int, ...]] = set()  # prompts whose reference passed
 
@@ -186,7 +188,7 @@ class SpeculativeEvaluator(Evaluator):
                 p.requires_grad_(False)
         return self._bundle
 
-    def _model(self, device: str) -> Any:
+    def _raw(self, device: str) -> Any:
         """The trusted target on ``device`` (a CUDA copy is made here, in the evaluator's
         process: the sandbox's warm process is a separate one and never sees it)."""
         if device != "cuda" or not torch.cuda.is_available():
@@ -194,6 +196,24 @@ class SpeculativeEvaluator(Evaluator):
         if "cuda" not in self._models:
             self._models["cuda"] = copy.deepcopy(self.bundle().model).to("cuda").eval()
         return self._models["cuda"]
+
+    def _model(self, device: str) -> StaticDecoder:
+        """The trusted decode engine on ``device``: a static KV cache sized for this
+        target's prompts, every step shape it decodes captured as a CUDA graph on a GPU
+        (:mod:`evaluators.speculative.engine`). Target-only and speculative decoding both
+        run on it."""
+        raw = self._raw(device)
+        key = str(raw.embed.weight.device)
+        if key not in self._engines:
+            s = self.s
+            longest_k = max([int(k) for k in s["ks"]] + [int(s["sampling_k"])])
+            need = max(int(s["prompt_len"]) + int(s["n_new"]), prompts.SAMPLE_LEN + 2)
+            need = -(-(need + longest_k + 2) // 16) * 16  # attention kernels like 16s
+            engine = StaticDecoder(raw, min(need, raw.cfg.max_len))
+            engine.capture([*range(1, longest_k + 2), int(s["prompt_len"]),
+                            prompts.SAMPLE_LEN])
+            self._engines[key] = engine
+        return self._engines[key]
 
     # -- prompts (evaluators/speculative/prompts.py) -----------------------------------
     def _timing_seed(self) -> int:
@@ -232,7 +252,7 @@ class SpeculativeEvaluator(Evaluator):
         shutil.copyfile(self._cached_file("train-tokens.safetensors",
                                           {"train": bundle.train_tokens}),
                         dest / "tokens.safetensors")
-        shutil.copyfile(self._distill_file(), dest / "distill.safetensors")
+        shutil.copyfile(self._distill_file(ctx.device), dest / "distill.safetensors")
         return dest
 
     def _stage_view(self, ctx: EvalContext) -> Path:
@@ -243,12 +263,12 @@ class SpeculativeEvaluator(Evaluator):
         shutil.copyfile(src, dest)
         return dest
 
-    def _distill_file(self) -> Path:
+    def _distill_file(self, device: str) -> Path:
         """Distillation sequences shared by every candidate of this target (generated once,
         next to the cached target; a fixed seed, so candidates differ only in their draft)."""
         s, bundle = self.s, self.bundle()
         assert bundle.folder is not None
-        return shared_data(bundle.model, bundle.train_tokens, bundle.folder,
+        return shared_data(self._raw(device), bundle.train_tokens, bundle.folder,
                            n_seqs=s["distill_seqs"], prompt_len=s["distill_prompt_len"],
                            gen_len=s["distill_gen_len"])
 

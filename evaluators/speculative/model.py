@@ -65,9 +65,8 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0,
                 start: int = 0, mask: torch.Tensor | None = None) -> torch.Tensor:
-        b, t, d = x.shape
-        h = self.n_heads
-        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, h, d // h).permute(2, 0, 3, 1, 4)
+        q, k, v = self._qkv(x)
+        t = x.shape[1]
         if cache is None:
             att = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1)
         else:
@@ -80,8 +79,29 @@ class Block(nn.Module):
             if t > 1 and mask is None:
                 mask = causal_mask(t, start, x.device)
             att = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+        return self._rest(x, att)
+
+    def _qkv(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        h = self.n_heads
+        return self.qkv(self.norm1(x)).view(b, t, 3, h, d // h).permute(2, 0, 3, 1, 4)
+
+    def _rest(self, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
         x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
         return x + self.down(F.gelu(self.up(self.norm2(x)), approximate="tanh"))
+
+    def step(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+             pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The cached forward with static shapes (what a CUDA graph can replay): ``x``
+        ``[1, T, D]`` at absolute positions ``pos`` ``[T]`` (a tensor, so a replay reads
+        the cache's length from memory); its keys and values are written into the whole
+        preallocated cache ``keys``/``values`` ``[1, H, L, D/H]``, and attention runs over
+        all ``L`` slots with ``mask`` ``[T, L]`` hiding those after each query's position."""
+        q, k, v = self._qkv(x)
+        keys.index_copy_(2, pos, k)
+        values.index_copy_(2, pos, v)
+        return self._rest(x, F.scaled_dot_product_attention(q, keys, values, attn_mask=mask))
 
 
 class TinyLM(nn.Module):

@@ -66,8 +66,11 @@ def prompt_sets(held: torch.Tensor, n: int, plen: int, n_new: int, seed: int,
     return [windows[i * n : (i + 1) * n] for i in range(n_sets)]
 
 
+SAMPLE_LEN = 32
+
+
 def sample_prompt(held: torch.Tensor, seed: int) -> list[int]:
     """The sampled check's prompt: 32 held-out tokens, fresh per evaluation."""
     gen = torch.Generator().manual_seed(seed)
-    start = int(torch.randint(0, len(held) - 32, (1,), generator=gen))
-    return held[start : start + 32].tolist()
+    start = int(torch.randint(0, len(held) - SAMPLE_LEN, (1,), generator=gen))
+    return held[start : start + SAMPLE_LEN].tolist()

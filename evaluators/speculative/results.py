@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from evaluators.speculative.checks import expected_speedup
+from evaluators.speculative.checks import modelled_speedup
 from evaluators.speculative.decoding import SpecStats
 from evaluators.speculative.harness import BusyDraftError, Pass
 from evaluators.speculative.remote import RemoteFailure
@@ -73,13 +73,17 @@ def summarize(resp: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
     step_s = sum(plain) / (n_tokens * len(repeats))
     alpha = st.acceptance_rate
     cost = (st.draft_s / st.drafted) / step_s if st.drafted else 0.0
+    steps = max(1, st.target_steps)
+    verify = (st.verify_s / steps) / step_s
     rec = resp["train"]
     starts = resp["start_s"] or [0.0]
     metrics.update({
         "mean_accepted_len": st.mean_accepted_len,
         "acceptance_rate": alpha,
         "cost_ratio": cost,
-        "expected_speedup": expected_speedup(alpha, best, cost),
+        "verify_ratio": verify,
+        "expected_speedup": modelled_speedup(st.mean_accepted_len, st.drafted / steps, cost,
+                                             verify),
         "tokens_per_s_plain": n_tokens / statistics.median(plain),
         "tokens_per_s_spec": n_tokens / statistics.median(spec),
         "train_s": rec["train_s"],

@@ -1,0 +1,18 @@
+# Sourced by the GPU night scripts on a machine that has Python, torch and triton but no
+# package index: installs the missing engine dependencies (optuna, mlflow, gitpython and
+# theirs) from the wheels in .whl/ into a private folder (docs/kernels.md says how to
+# download them), puts this checkout on PYTHONPATH, makes the checkout a git repository
+# when it is not one, and defines `opt` (the optimizer CLI). Expects $py.
+if ! $py -c "import optuna, mlflow, git" 2>/dev/null; then
+    ls .whl/*.whl >/dev/null 2>&1 || { echo "optuna/mlflow/gitpython missing and no .whl/" >&2; exit 2; }
+    site=$(mktemp -d)/site
+    $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" .whl/*.whl
+    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+if ! git rev-parse --git-dir >/dev/null 2>&1; then
+    git init -q && git add -A && git -c user.name=optimizer -c user.email=optimizer@localhost \
+        commit -qm "base of the GPU night"
+fi
+
+opt() { $py -c "import sys; from optimizer.cli import main; sys.exit(main())" "$@"; }
