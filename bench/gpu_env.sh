@@ -10,9 +10,19 @@ if ! $py -c "import optuna, mlflow, git" 2>/dev/null; then
     export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# The night's seeds are read from the base commit. A checkout that is not a repository
+# becomes one; a repository this script made on an earlier call of the same machine gets
+# what is on disk now committed on top (its older seeds would be the night's otherwise).
+# Anyone else's repository is left as it is.
+base_msg="base of the GPU night"
 if ! git rev-parse --git-dir >/dev/null 2>&1; then
-    git init -q && git add -A && git -c user.name=optimizer -c user.email=optimizer@localhost \
-        commit -qm "base of the GPU night"
+    git init -q
+    fresh=1
+fi
+if [ -n "${fresh:-}" ] || [ "$(git log -1 --format=%s 2>/dev/null)" = "$base_msg" ]; then
+    git add -A
+    git -c user.name=optimizer -c user.email=optimizer@localhost commit -qm "$base_msg" \
+        >/dev/null 2>&1 || true
 fi
 
 opt() { $py -c "import sys; from optimizer.cli import main; sys.exit(main())" "$@"; }

@@ -7,7 +7,7 @@
 # prepare: trains and caches the h200 preset's target under .optimizer/cache (about five
 # minutes; nothing if cached) and times the decode engine on it (OUTDIR/engine.json).
 # night: runs experiments/speculative-h200.toml (building the target first if prepare did
-# not), then OUTDIR gets night.log, status.txt, report.md, summary.json (bench/
+# not), then OUTDIR gets night.log, status.txt, reports/ (the night's report), summary.json (bench/
 # night_summary.py) and branches.txt (the pull branches with their messages).
 set -euo pipefail
 out=${1:?usage: speculative_night_gpu.sh OUTDIR prepare|night [MINUTES]}
@@ -31,7 +31,8 @@ opt run "$exp" --minutes "$minutes" 2>&1 | tee "$out/night.log"
 status=${PIPESTATUS[0]}
 set -e
 opt status -e "$exp" > "$out/status.txt" 2>&1 || true
-opt report -e "$exp" > "$out/report.md" 2>&1 || true
+opt report -e "$exp" > "$out/report.log" 2>&1 || true
+cp -r .optimizer/reports "$out/reports" 2>/dev/null || true
 $py bench/night_summary.py "$exp" --out "$out/summary.json" > /dev/null 2>&1 || true
 for b in $(git for-each-ref --format='%(refname:short)' refs/heads/optimizer/pr/); do
     { echo "== $b"; git log -1 --format=%B "$b"; git diff --stat "HEAD...$b"; } >> "$out/branches.txt"

@@ -68,8 +68,9 @@ class TableDraft(Draft):
 
     def _index(self):
         self.best = [{} for _ in range(MAX_ORDER + 1)]
+        table = self.table.cpu()  # a GPU draft's buffers are loaded on the GPU
         for n in range(1, MAX_ORDER + 1):
-            rows = self.table[self.table[:, 0] == n]
+            rows = table[table[:, 0] == n]
             counts = rows[:, -2:]
             if len(rows) and int(counts.max()) >> _BITS:  # a huge set: keep the shares
                 counts = counts >> (int(counts.max()).bit_length() - _BITS)
