@@ -62,6 +62,10 @@ def recover_interrupted(r: Run, study: optuna.Study, target: TargetSpec) -> None
             record.structure,
         )
         branch = r.ws.candidate_branch(target.name, cid) if has_branch else ""
+        # Killed while or after logging the candidate in MLflow (in the concurrent loop
+        # the recorder logs one while the slots evaluate others; the trial names its run
+        # only after it is logged): that run goes, so the candidate keeps exactly one.
+        r.tracker.drop_candidate_runs(target.name, cid)
         save(r, target, study, trial, dataclasses.replace(record, branch=branch), cand, result)
         if has_branch:
             try:
@@ -69,6 +73,22 @@ def recover_interrupted(r: Run, study: optuna.Study, target: TargetSpec) -> None
             except OptimizerError:
                 pass
         r.say(f"[{target.name}] {cid} marked FAILED: {INTERRUPTED}")
+    _drop_leftover_worktrees(r, target)
+
+
+def _drop_leftover_worktrees(r: Run, target: TargetSpec) -> None:
+    """Worktrees a killed night left behind: a candidate recorded (or told) before its
+    worktree was removed is no RUNNING trial, yet its folder stays. Nothing of the target
+    is in flight here (one night per experiment at a time), so every one goes, unless
+    ``[vcs] keep_worktrees`` asks to keep them."""
+    if r.config.vcs.keep_worktrees:
+        return
+    folder = r.ws.worktree_path(target.name, SEED_ID).parent
+    for path in sorted(folder.glob("c*")) if folder.is_dir() else ():
+        try:
+            r.ws.remove_worktree(target.name, path.name)
+        except OptimizerError:
+            pass
 
 
 def load_archive(r: Run, study: optuna.Study, target: TargetSpec, archive: Archive) -> None:

@@ -295,6 +295,21 @@ class Tracker:
         self.client.set_terminated(run_id, status=RunStatus.to_string(status))
         return run_id
 
+    def drop_candidate_runs(self, target: str, cid: str) -> int:
+        """Delete every child run of candidate ``cid`` of ``target`` (over all nights);
+        returns how many. ``--resume`` calls it before it logs an interrupted candidate, so
+        that a run the killed night had begun (or finished) for it is not a second one."""
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`optimizer.candidate` = {_quote(cid)} "
+            f"and tags.`optimizer.target` = {_quote(target)}",
+            run_view_type=ViewType.ACTIVE_ONLY,
+            max_results=1000,
+        )
+        for run in runs:
+            self.client.delete_run(run.info.run_id)
+        return len(runs)
+
     def candidate_runs(self, parent_run_id: str) -> list[dict[str, Any]]:
         """Every child run of a night, oldest first, as plain dicts."""
         out: list[dict[str, Any]] = []

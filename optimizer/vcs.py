@@ -305,7 +305,35 @@ class Workspace:
         except git.GitCommandError:
             # Not registered (or its admin data is gone): delete the folder, forget the rest.
             shutil.rmtree(path, ignore_errors=True)
+            # A `git worktree add` killed midway (SIGKILL of a night) leaves its admin entry
+            # locked ("initializing"), perhaps with an empty commondir: `prune` keeps a
+            # locked entry, and every later `worktree add` fails on an empty commondir
+            # ("failed to read .git/worktrees/c0005/commondir"), whichever candidate it is
+            # for. So this path's entry goes with its folder, and so do half-made entries of
+            # this experiment's other worktrees (one night per experiment runs at a time).
+            for admin in self._stale_admin_entries(path):
+                shutil.rmtree(admin, ignore_errors=True)
             self._git("worktree", "prune")
+
+    def _stale_admin_entries(self, path: Path) -> list[Path]:
+        """Worktree admin folders (``.git/worktrees/<name>``) of ``path``, and those of this
+        experiment's worktrees that a killed ``git worktree add`` left without a commondir."""
+        root = Path(self.repo.common_dir) / "worktrees"
+        ours = os.path.realpath(self.worktree_root / self.experiment)
+        want = os.path.realpath(path / ".git")
+        found = []
+        for admin in sorted(root.iterdir()) if root.is_dir() else ():
+            try:
+                named = os.path.realpath((admin / "gitdir").read_text().strip() or "/")
+            except OSError:
+                continue
+            try:
+                half_made = not (admin / "commondir").read_text().strip()
+            except OSError:
+                half_made = True
+            if named == want or (half_made and named.startswith(ours + os.sep)):
+                found.append(admin)
+        return found
 
     # -- reading -------------------------------------------------------------------------
 

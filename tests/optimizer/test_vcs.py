@@ -174,6 +174,28 @@ def test_stale_worktree_and_branch_are_replaced(ws: Workspace, repo: Path) -> No
     assert ws.read_files("topk", "c0002", TARGET_REL, ["program.py"])["program.py"] == "X = 6\n"
 
 
+def test_a_worktree_add_killed_midway_does_not_block_the_next(ws: Workspace,
+                                                              repo: Path) -> None:
+    """What SIGKILL during `git worktree add` left in a concurrent night (seen in
+    tests/optimizer/test_loop_resume_concurrent.py): the branch, the admin entry locked
+    "initializing" with an empty commondir, and every later `worktree add` failing."""
+    ws.create_worktree(TARGET_REL, "topk", "c0005", {"program.py": "X = 4\n"})
+    admin = repo / ".git" / "worktrees" / "c0005"
+    (admin / "commondir").write_text("")
+    (admin / "locked").write_text("initializing")
+    shutil.rmtree(ws.worktree_path("topk", "c0005") / TARGET_REL)
+    with pytest.raises(subprocess.CalledProcessError):
+        subprocess.run(["git", "-C", str(repo), "worktree", "add", "--no-checkout",
+                        str(repo.parent / "probe"), "HEAD"], check=True, capture_output=True)
+    # the next candidate's worktree: its first `worktree add` fails, the retry succeeds
+    folder = ws.create_worktree(TARGET_REL, "topk", "c0006", {"program.py": "X = 6\n"})
+    assert (folder / "program.py").read_text() == "X = 6\n"
+    assert not admin.exists()
+    ws.commit_candidate("topk", "c0006", "after the kill")
+    ws.remove_worktree("topk", "c0005")  # --resume's clean-up of the interrupted one
+    assert "c0005" not in git(repo, "worktree", "list")
+
+
 @pytest.mark.parametrize("keep_worktree", [True, False])
 def test_annotate_replaces_message_only(ws: Workspace, repo: Path, keep_worktree: bool) -> None:
     ws.create_worktree(TARGET_REL, "topk", "c0003", {"program.py": "X = 7\n"})
