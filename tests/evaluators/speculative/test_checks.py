@@ -1,7 +1,12 @@
 import pytest
 import torch
 
-from evaluators.speculative.checks import chi_square_check, expected_speedup, first_divergence
+from evaluators.speculative.checks import (
+    chi_square_check,
+    expected_speedup,
+    first_divergence,
+    modelled_speedup,
+)
 from evaluators.speculative.decoding import plain_decode
 
 
@@ -48,3 +53,11 @@ def test_cache_divergence_accepts_cached_decoding_and_catches_another_path(tiny)
     bad[7] = int(logits[0, len(prompt) + 6].argsort()[-2])  # the runner-up: a real change
     pos, tok, want, gap = cache_divergence(tiny.model, prompt, bad, 1e-4)
     assert (pos, tok, want) == (7, bad[7], out[7]) and gap > 1e-4
+
+
+def test_modelled_speedup_charges_the_verification_its_measured_cost():
+    # 3 tokens a step from 4 drafts at 0.05 each: 3 / 1.2 with a free verification, but a
+    # 5-token pass replayed as a CUDA graph costs 1.31 target steps (H200, 2026-12-02)
+    assert modelled_speedup(3.0, 4.0, 0.05, 1.0) == pytest.approx(2.5)
+    assert modelled_speedup(3.0, 4.0, 0.05, 1.31) == pytest.approx(3.0 / 1.51)
+    assert modelled_speedup(1.0, 0.0, 0.0, 1.0) == pytest.approx(1.0)  # nothing drafted

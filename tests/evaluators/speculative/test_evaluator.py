@@ -58,6 +58,9 @@ def test_trained_draft_is_valid_with_metrics(name, sandbox, tiny):
     assert res.objectives == (m["speedup"],) and m["speedup"] > 0
     assert m["best_k"] in (1, 3) and 1.0 <= m["mean_accepted_len"] <= m["best_k"] + 1
     assert 0 < m["acceptance_rate"] <= 1 and m["cost_ratio"] > 0
+    # a verification of k+1 tokens costs at least a little more than nothing, and the
+    # prediction from the measured costs is of the measured speedup's order
+    assert m["verify_ratio"] > 0.2 and 0.2 < m["expected_speedup"] / m["speedup"] < 5
     assert m["train_steps"] > 0 and m["final_train_loss"] > 0
     assert "accept_pos1" in m and "mean_accepted_len_k3" in m
     # one fresh process per timed decode: 2 prompts x (2 values of k + 1 repeat), plus the
