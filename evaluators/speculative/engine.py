@@ -20,20 +20,10 @@ step runs eagerly. Any other call (a full forward, a batch) goes to the model un
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import torch
 
+from evaluators.speculative.graphs import StepGraphs
 from evaluators.speculative.model import Block, KVCache, TinyLM
-
-
-@dataclass
-class _Graph:
-    graph: Any  # torch.cuda.CUDAGraph
-    ids: torch.Tensor  # [1, T] input, copied into before a replay
-    logits: torch.Tensor  # [1, T, V] output
-    feats: torch.Tensor | None  # [n_layers, T, D] output: every layer's hidden state
 
 
 class StaticDecoder:
@@ -51,8 +41,9 @@ class StaticDecoder:
         self.cache = model.new_cache(1, self.max_len)
         self._start = torch.zeros((), dtype=torch.int64, device=self.device)
         self._slots = torch.arange(self.max_len, device=self.device)
-        self._graphs: dict[tuple[int, bool], _Graph] = {}
-        self._pool: Any = None
+        # a step without and one with every layer's hidden state (what drafts read)
+        self._graphs = {want: StepGraphs(lambda ids, want=want: self._step(ids, want))
+                        for want in (False, True)}
         self.uses_graphs = self.device.type == "cuda"
 
     # -- what the decoding loop calls --------------------------------------------------
@@ -76,15 +67,11 @@ class StaticDecoder:
                              f"{self.max_len}")
         self._start.fill_(start)
         want = bool(feature_layers)
-        graph = self._graphs.get((t, want))
-        if graph is None:
-            logits, every = self._step(ids, t, want)
-        else:
-            graph.ids.copy_(ids)
-            graph.graph.replay()
-            # the outputs are the graph's own buffers, overwritten by the next replay
-            logits = graph.logits.clone()
-            every = graph.feats.clone() if graph.feats is not None else None
+        graphs = self._graphs[want]
+        logits, every = graphs(ids) if self.uses_graphs else graphs.fn(ids)
+        if self.uses_graphs:  # the graph's own buffers, overwritten by the next replay
+            logits = logits.clone()
+            every = every.clone() if every is not None else None
         cache.length = start + t
         return logits, self._features(every, feature_layers)
 
@@ -96,10 +83,9 @@ class StaticDecoder:
         return torch.cat([every[i % n] for i in layers], -1)[None]
 
     # -- the static step ---------------------------------------------------------------
-    def _step(self, ids: torch.Tensor, t: int,
-              want: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _step(self, ids: torch.Tensor, want: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         m = self.model
-        pos = self._start + self._slots[:t]
+        pos = self._start + self._slots[: ids.shape[1]]
         mask = self._slots[None, :] <= pos[:, None]  # [T, L]: slots up to each query's
         x = m.embed(ids) + m.pos(pos)
         hidden = []
@@ -119,29 +105,19 @@ class StaticDecoder:
         Capturing writes into the cache, so it is done before a decode, never during one."""
         if not self.uses_graphs:
             return
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
         for t in sorted({int(s) for s in sizes}):
             if not 0 < t <= self.max_len:
                 raise ValueError(f"cannot capture a step of {t} tokens in a cache of "
                                  f"{self.max_len}")
             for want in (False, True) if features else (False,):
-                if (t, want) in self._graphs:
-                    continue
-                ids = torch.zeros(1, t, dtype=torch.int64, device=self.device)
                 self._start.fill_(0)
-                with torch.cuda.stream(stream):
-                    for _ in range(2):  # warm-up on a side stream, as capture requires
-                        self._step(ids, t, want)
-                torch.cuda.current_stream(self.device).wait_stream(stream)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=self._pool):
-                    logits, every = self._step(ids, t, want)
-                self._pool = graph.pool()
-                self._graphs[(t, want)] = _Graph(graph, ids, logits, every)
+                self._graphs[want].capture(
+                    torch.zeros(1, t, dtype=torch.int64, device=self.device))
         torch.cuda.synchronize(self.device)
         self.cache.length = 0
 
     @property
     def captured(self) -> list[tuple[int, bool]]:
-        return sorted(self._graphs)
+        """(tokens, with features) of every captured step."""
+        return sorted((shape[0][0][1], want) for want, g in self._graphs.items()
+                      for shape in g.shapes)
