@@ -15,6 +15,10 @@ a :class:`Draft` keeps its own state and sees the sequence grow through three ca
   drafted position call ``pick(logits)`` with the draft's logits ``[V]``; it returns the
   token to use (argmax when greedy, a sample when sampling) and records the logits as the
   draft distribution. Tokens not chosen by ``pick`` break losslessness for sampling.
+  ``getattr(pick, "greedy", False)`` is True when ``pick`` returns the argmax of the logits
+  it is given (greedy decoding): a draft may then chain its steps on the device, choosing
+  each token by argmax itself, and hand ``pick`` the logits afterwards (the EAGLE seed
+  does); the loop still checks that every drafted token is what ``pick`` returned.
 - ``accept(tokens, feats)``: the sequence grew by ``tokens`` (accepted drafts plus the
   target's own next token) and ``feats`` by as many rows (same alignment as above).
 

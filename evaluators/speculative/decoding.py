@@ -96,6 +96,7 @@ class _Pick:
 
     def __init__(self, kk: int, temperature: float, generator: torch.Generator | None):
         self.kk, self.temperature, self.generator = kk, temperature, generator
+        self.greedy = temperature <= 0  # pick returns the argmax (see api.py)
         self.chosen: list[int] = []
         self.qs: list[torch.Tensor] = []
 

@@ -267,10 +267,7 @@ class DraftHandler:
         if r.get("sampled"):
             return self._start_sampled(k)
 
-        def pick(logits: torch.Tensor) -> int:
-            return int(logits.argmax())
-
-        return [int(t) for t in draft.propose(k, pick)]
+        return [int(t) for t in draft.propose(k, greedy_pick)]
 
     # Sampling: the draft's propose runs in a worker thread; each pick sends its logits to
     # the trusted side and waits for the token the trusted side sampled.
@@ -323,6 +320,14 @@ def _load_weights(draft: Draft, own: dict[str, torch.Tensor], view: torch.nn.Mod
                            f"{missing[:5]}, unexpected {result.unexpected_keys[:5]}")
 
 
+def greedy_pick(logits: torch.Tensor) -> int:
+    """The draft's process's ``pick`` when decoding is greedy: the argmax."""
+    return int(logits.argmax())
+
+
+greedy_pick.greedy = True  # type: ignore[attr-defined]
+
+
 @torch.no_grad()
 def _warm_up(draft: Draft, vocab: int, n_feats: int, device: torch.device) -> None:
     """A few untimed draft steps on a dummy sequence: every timed prompt runs in a fresh
@@ -332,7 +337,7 @@ def _warm_up(draft: Draft, vocab: int, n_feats: int, device: torch.device) -> No
     feats = torch.zeros(16, n_feats, device=device) if n_feats else None
     draft.reset(tokens, feats)
     for _ in range(2):
-        draft.propose(4, lambda logits: int(logits.argmax()))
+        draft.propose(4, greedy_pick)
         draft.accept([0], torch.zeros(1, n_feats, device=device) if n_feats else None)
 
 

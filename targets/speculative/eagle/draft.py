@@ -11,7 +11,8 @@ tensor, every slot masked past each query), so each step has fixed shapes; on a 
 ``GRAPHS``, every step shape is captured as a CUDA graph when the draft's weights are
 loaded (untimed, before its timed prompt) and replayed while drafting: an eager 1-layer
 step costs about a quarter of a graph-replayed target step there. On the CPU the same
-steps run eagerly.
+steps run eagerly. When decoding is greedy (``pick.greedy``), the ``k`` steps of a call
+are chained on the device (each token the argmax of the step before), one graph per k.
 """
 
 import torch
@@ -61,6 +62,7 @@ class EagleDraft(Draft):
         self.embed = target.embed  # frozen, shared
         self.head = target.head  # frozen, shared
         self.max_len = target.max_len
+        self.vocab = target.vocab
         self.n_real = 0
         # the static cache and its slot numbers: buffers, so they move with the draft to
         # its device (and are not saved: nothing in them outlives a sequence)
@@ -70,6 +72,7 @@ class EagleDraft(Draft):
         self.register_buffer("slots", torch.arange(self.max_len), persistent=False)
         self.first = StepGraphs(self._first_step)
         self.next = StepGraphs(self._next_step)
+        self.chain = StepGraphs(self._chain)
         self.register_load_state_dict_post_hook(lambda module, keys: module._capture())
 
     def _fuse(self, feats):
@@ -99,6 +102,19 @@ class EagleDraft(Draft):
     def _next_step(self, last, tok, pos):  # a drafted position, fed the draft's own output
         return self._static(self._refeed(last), tok, pos)
 
+    def _chain(self, last, logits, pos):
+        """Greedy drafting of ``len(pos) + 1`` tokens on the device, each the argmax of the
+        step before (no read on the host between steps): the tokens and their logits."""
+        tok = logits.argmax(-1)
+        toks, rows = [tok], [logits]
+        h = last
+        for i in range(pos.shape[0]):
+            h, logits = self._next_step(h[:, -1:], tok[None], pos[i : i + 1])
+            tok = logits.argmax(-1)
+            toks.append(tok)
+            rows.append(logits)
+        return torch.cat(toks), torch.cat(rows)
+
     def _capture(self):
         """CUDA graphs of every step shape a draft call makes (nothing on the CPU). The
         capture runs write the cache, which every sequence rewrites before reading."""
@@ -114,6 +130,10 @@ class EagleDraft(Draft):
             self.next.capture(torch.zeros(1, 1, self.d, device=dev),
                               torch.zeros(1, 1, dtype=torch.int64, device=dev),
                               torch.zeros(1, dtype=torch.int64, device=dev))
+            for k in range(2, MAX_PREFIX):  # one graph per k: k - 1 chained steps
+                self.chain.capture(torch.zeros(1, 1, self.d, device=dev),
+                                   torch.zeros(1, self.vocab, device=dev),
+                                   torch.arange(k - 1, device=dev))
 
     def reset(self, tokens, feats):
         super().reset(tokens, feats)
@@ -127,6 +147,11 @@ class EagleDraft(Draft):
         h, logits = self.first(self.feats[self.n_real:][None], toks,
                                torch.arange(self.n_real, n_feats, device=dev))
         self.n_real = n_feats
+        if getattr(pick, "greedy", False) and k > 1:
+            # every token is the argmax: all k steps on the device, then pick records them
+            _, rows = self.chain(h[:, -1:], logits,
+                                 torch.arange(n_feats, n_feats + k - 1, device=dev))
+            return [pick(rows[i]) for i in range(k)]
         out: list[int] = []
         for i in range(k):
             tok = pick(logits[0])

@@ -81,6 +81,43 @@ def test_static_steps_draft_what_the_dynamic_cache_drafted(tiny):
     assert len(drafted) > 3  # not one token over and over: the comparison means something
 
 
+def test_a_greedy_pick_chains_the_steps_and_drafts_the_same_tokens(tiny):
+    model = tiny.model
+    torch.manual_seed(4)
+    mod = _module()
+    draft = mod.build(TargetView.of(model)).eval()
+    for p in draft.parameters():
+        if p.requires_grad:
+            torch.nn.init.normal_(p, std=0.3)
+    twin = mod.build(TargetView.of(model)).eval()
+    twin.load_state_dict(draft.state_dict())
+    prompt = tiny.heldout_tokens[50:80]
+    calls = []
+    original = twin._chain
+    twin.chain.fn = lambda *a: calls.append(1) or original(*a)
+    with torch.no_grad():
+        logits, feats = model(prompt[None], None, draft.feature_layers)
+        start = torch.cat([prompt, logits[0, -1:].argmax(-1)])
+        draft.reset(start, feats[0])
+        twin.reset(start, feats[0])
+        for k in (1, 3, 6):
+            chosen: list[int] = []
+
+            def pick(lg, chosen=chosen):
+                chosen.append(int(lg.argmax()))
+                return chosen[-1]
+
+            pick.greedy = True
+            want = draft.propose(k, _greedy)
+            assert twin.propose(k, pick) == want == chosen  # pick saw every token
+            old = len(draft.tokens)
+            _, f = model(torch.tensor(draft.tokens + want[:1])[None], None,
+                         draft.feature_layers)
+            for d in (draft, twin):
+                d.accept(want[:1], f[0, old - 1 : old])
+    assert len(calls) == 2  # k = 3 and 6 chained; k = 1 is the first step alone
+
+
 def test_loading_weights_captures_nothing_on_the_cpu(tiny):
     draft = _module().build(TargetView.of(tiny.model))
     draft.load_state_dict(draft.state_dict())
@@ -96,7 +133,7 @@ def test_graph_replays_draft_what_eager_steps_draft(tiny):
     eager = _module(GRAPHS=0).build(view).cuda().eval()
     graphed = _module(GRAPHS=1).build(view).cuda().eval()
     graphed.load_state_dict(eager.state_dict())  # the load hook captures the graphs
-    assert len(graphed.first) == 17 and len(graphed.next) == 1
+    assert len(graphed.first) == 17 and len(graphed.next) == 1 and len(graphed.chain) == 15
     prompt = tiny.heldout_tokens[10:40].cuda()
     ref = plain_decode(model, prompt, 48)
     outs = [speculative_decode(model, d, prompt, 48, 4) for d in (eager, graphed)]
