@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from evaluators.speculative.api import TargetView  # noqa: E402
 from evaluators.speculative.model import LMConfig, TargetHead  # noqa: E402
+from evaluators.speculative.serve_draft import greedy_pick  # noqa: E402
 from evaluators.speculative.target import PRESETS  # noqa: E402
 
 
@@ -69,7 +70,7 @@ def main() -> int:
                 if torch.cuda.is_available():
                     torch.cuda.synchronize()
                 t0 = time.perf_counter()
-                draft.propose(k, lambda logits: int(logits.argmax()))
+                draft.propose(k, greedy_pick)  # the draft's process's pick when greedy
                 if torch.cuda.is_available():
                     torch.cuda.synchronize()
                 times.append(time.perf_counter() - t0)
