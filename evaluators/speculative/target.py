@@ -77,15 +77,26 @@ def default_cache_dir() -> Path:
 
 def corpus_text(limit: int, recursive: bool = False) -> str:
     """The first ``limit`` characters of the standard library's ``*.py`` files, sorted by
-    path: the top folder only, or every folder below it too (about 160 MB)."""
-    root = Path(sysconfig.get_paths()["stdlib"])
+    path: the top folder only, or every folder below it too (about 160 MB where the tests
+    and site-packages lie below it). Recursively, a standard library shorter than ``limit``
+    (a distribution's, without its tests: a 0.3 B target saw its 3.3 M tokens seven times
+    in five minutes on an H200, 2026-12-02) is followed by the installed packages' sources."""
+    paths = sysconfig.get_paths()
+    root = Path(paths["stdlib"])
+    roots = [root]
+    if recursive:
+        for key in ("purelib", "platlib"):
+            extra = Path(paths[key])
+            if extra.is_dir() and root not in extra.parents and extra not in roots:
+                roots.append(extra)
     parts, total = [], 0
-    for path in sorted(root.rglob("*.py") if recursive else root.glob("*.py")):
-        text = path.read_text(encoding="utf-8", errors="replace")
-        parts.append(text)
-        total += len(text)
-        if total >= limit:
-            break
+    for folder in roots:
+        for path in sorted(folder.rglob("*.py") if recursive else folder.glob("*.py")):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            parts.append(text)
+            total += len(text)
+            if total >= limit:
+                return "".join(parts)[:limit]
     return "".join(parts)[:limit]
 
 

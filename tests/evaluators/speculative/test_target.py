@@ -26,3 +26,21 @@ def test_target_weights_do_not_depend_on_the_callers_threads():
     a, b = models
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_short_standard_library_is_followed_by_the_installed_packages(tmp_path, monkeypatch):
+    import sysconfig
+
+    from evaluators.speculative import target as target_mod
+
+    std, pure = tmp_path / "lib", tmp_path / "site"
+    (std / "pkg").mkdir(parents=True)
+    pure.mkdir()
+    (std / "a.py").write_text("A" * 10)
+    (std / "pkg" / "b.py").write_text("B" * 10)
+    (pure / "c.py").write_text("C" * 10)
+    paths = {"stdlib": str(std), "purelib": str(pure), "platlib": str(pure)}
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: paths)
+    assert target_mod.corpus_text(100) == "A" * 10  # the top folder only: nothing added
+    assert target_mod.corpus_text(25, recursive=True) == "A" * 10 + "B" * 10 + "C" * 5
+    assert target_mod.corpus_text(15, recursive=True) == "A" * 10 + "B" * 5
