@@ -5,7 +5,7 @@ static-cache engine (CUDA graphs on a GPU), one token and verification passes of
     python bench/speculative_engine.py --preset tiny --out /tmp/engine.json   # CPU, seconds
 
 The target is the preset's cached one (trained on first use: ``python -m
-evaluators.speculative.target --preset NAME``). Greedy decoding on the engine must give
+evaluators.speculative.prepare --preset NAME``). Greedy decoding on the engine must give
 the eager tokens on every prompt; the run fails otherwise.
 """
 

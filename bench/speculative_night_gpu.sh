@@ -21,7 +21,7 @@ py=${PYTHON:-python3}
 # shellcheck source=bench/gpu_env.sh
 source bench/gpu_env.sh
 
-$py -m evaluators.speculative.target --preset "$preset" | tee "$out/target.json"
+$py -m evaluators.speculative.prepare --preset "$preset" | tee "$out/target.json"
 if [ "$phase" = prepare ]; then
     $py bench/speculative_engine.py --preset "$preset" --out "$out/engine.json" ${ENGINE_ARGS:-}
     exit 0

@@ -16,7 +16,6 @@ import hashlib
 import json
 import math
 import os
-import sys
 import sysconfig
 import time
 from dataclasses import asdict, dataclass
@@ -259,33 +258,3 @@ def load_folder(folder: Path) -> TargetBundle:
     return TargetBundle(model, tok, data["train"], data["heldout"], folder,
                         meta["train_s"], meta["final_loss"], meta.get("steps", 0))
 
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m evaluators.speculative.target --preset NAME [--cache DIR]``: train and
-    cache a preset's target ahead of a night (the night's first evaluation would otherwise
-    train it inside the night's budget); prints what was cached."""
-    import argparse
-
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--preset", default="default", choices=sorted(PRESETS))
-    parser.add_argument("--cache", type=Path, default=None,
-                        help="cache directory (default: .optimizer/cache, a night's)")
-    args = parser.parse_args(argv)
-    start = time.perf_counter()
-    try:
-        bundle = load_or_build(args.preset, args.cache)
-    except RuntimeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    params = sum(p.numel() for p in bundle.model.parameters())
-    print(json.dumps({"folder": str(bundle.folder), "params": params, "steps": bundle.steps,
-                      "train_s": round(bundle.train_s, 1),
-                      "final_loss": round(bundle.final_loss, 4),
-                      "train_tokens": len(bundle.train_tokens),
-                      "heldout_tokens": len(bundle.heldout_tokens),
-                      "wall_s": round(time.perf_counter() - start, 1)}))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

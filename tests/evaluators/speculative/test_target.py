@@ -44,3 +44,13 @@ def test_a_short_standard_library_is_followed_by_the_installed_packages(tmp_path
     assert target_mod.corpus_text(100) == "A" * 10  # the top folder only: nothing added
     assert target_mod.corpus_text(25, recursive=True) == "A" * 10 + "B" * 10 + "C" * 5
     assert target_mod.corpus_text(15, recursive=True) == "A" * 10 + "B" * 5
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message without a GPU")
+def test_preparing_a_gpu_preset_without_a_gpu_is_a_clear_error(tmp_path, capsys):
+    from evaluators.speculative.prepare import main
+
+    assert main(["--preset", "h200", "--cache", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "trained on a CUDA GPU and none is visible here" in err
+    assert not (tmp_path / "speculative").exists()  # nothing half-made
