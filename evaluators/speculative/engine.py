@@ -67,9 +67,8 @@ class StaticDecoder:
                              f"{self.max_len}")
         self._start.fill_(start)
         want = bool(feature_layers)
-        graphs = self._graphs[want]
-        logits, every = graphs(ids) if self.uses_graphs else graphs.fn(ids)
-        if self.uses_graphs:  # the graph's own buffers, overwritten by the next replay
+        logits, every = self._graphs[want](ids)  # eager where nothing was captured
+        if self.uses_graphs:  # a replay's outputs are the graph's own buffers, overwritten
             logits = logits.clone()
             every = every.clone() if every is not None else None
         cache.length = start + t

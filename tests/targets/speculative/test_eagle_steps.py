@@ -2,8 +2,6 @@
 drafting on the CPU, and the same tokens from CUDA graph replays on a GPU."""
 
 import copy
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
@@ -11,18 +9,11 @@ import torch
 from evaluators.speculative.api import TargetView
 from evaluators.speculative.decoding import plain_decode, speculative_decode
 from evaluators.speculative.model import KVCache
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests.targets.speculative.draft_files import draft_module
 
 
 def _module(**knobs):
-    spec = importlib.util.spec_from_file_location(
-        "draft_eagle", ROOT / "targets" / "speculative" / "eagle" / "draft.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    for name, value in knobs.items():
-        setattr(mod, name, value)
-    return mod
+    return draft_module("eagle", **knobs)
 
 
 def _dynamic_propose(draft, k, pick):

@@ -1,26 +1,15 @@
 """The suffix-decoding draft: the longest matched tail votes, the sequence itself first."""
 
-import importlib.util
-from pathlib import Path
-
 import torch
 
 from evaluators.speculative.api import TargetView
 from evaluators.speculative.decoding import plain_decode, speculative_decode
 from evaluators.speculative.distill import make_data
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests.targets.speculative.draft_files import draft_module
 
 
 def _module(**knobs):
-    spec = importlib.util.spec_from_file_location(
-        "draft_suffix", ROOT / "targets" / "speculative" / "suffix" / "draft.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    for name, value in knobs.items():
-        assert hasattr(mod, name)
-        setattr(mod, name, value)
-    return mod
+    return draft_module("suffix", **knobs)
 
 
 def _draft(corpus=None, **knobs):
