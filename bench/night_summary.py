@@ -42,6 +42,10 @@ def summarise(experiment: Path) -> dict:
                          "state": a.get("state", ""), "s": t.duration.total_seconds(),
                          "reason": str(a.get("reason", ""))[:160],
                          "objective": (a.get("objectives") or [None])[0],
+                         # the evaluation itself: its stages (the trial's duration adds the
+                         # queues, the branch and the records)
+                         "eval_s": round(sum(v for k, v in (a.get("metrics") or {}).items()
+                                             if k.startswith("stage_s/")), 3),
                          "cost": {k: round(v, 2) for k, v in (a.get("metrics") or {}).items()
                                   if k.startswith(("stage_s/", "cost_s/"))}})
         seed = [r for r in rows if r["proposer"] == "seed"]
@@ -51,6 +55,9 @@ def summarise(experiment: Path) -> dict:
             "states": dict(collections.Counter(r["state"] for r in rows)),
             "seed_s": seed[0]["s"] if seed else None,
             "candidate_median_s": statistics.median(r["s"] for r in rest) if rest else None,
+            "seed_eval_s": seed[0]["eval_s"] if seed else None,
+            "candidate_median_eval_s": (statistics.median(r["eval_s"] for r in rest)
+                                        if rest else None),
             "seed_cost": seed[0]["cost"] if seed else {},
             "candidate_median_cost": {
                 k: statistics.median(r["cost"][k] for r in rest if k in r["cost"])
