@@ -3,8 +3,10 @@
 Read :func:`run` and :func:`optimize_target` top to bottom; the helpers below them do one
 thing each. Per candidate the order is chosen so that a run killed at any point can be
 resumed with Optuna, MLflow and git agreeing: ask (trial RUNNING) -> branch -> evaluate ->
-annotate branch -> MLflow run -> tell. ``--resume`` turns trials left RUNNING into FAILED
-("interrupted") everywhere, or tells them their recorded result when it was complete.
+annotate branch -> tell, then the MLflow run's contents in the background writer
+(``optimizer.recording``). ``--resume`` turns trials left RUNNING into FAILED
+("interrupted") everywhere, tells them their recorded result when it was complete, and
+finishes the MLflow runs the writer had not.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +40,13 @@ from optimizer.night import (
     Run,
     RunSummary,
     TargetSummary,
+    Writer,
     night_metrics,
     open_night,
     trace_llm_calls,
 )
 from optimizer.proposers._base import ProposalContext, Proposer
-from optimizer.recording import running_message, save, write_attrs
+from optimizer.recording import running_message, save, start_run, write_attrs
 from optimizer.records import (
     SEED_ID,
     ArchiveEntry,
@@ -99,7 +103,8 @@ def run(
         trace_llm_calls(config)
     settings = getattr(the_proposer, "settings", None)
     ledger = Ledger(getattr(settings, "prices", None) or Prices())
-    r = Run(config, ws, tracker, the_proposer, budget, ledger, summary, say)
+    writer = Writer()
+    r = Run(config, ws, tracker, the_proposer, budget, ledger, summary, say, writer)
     say(
         f"night {night} of experiment '{config.name}': {len(config.targets)} target(s), "
         f"{config.budget.minutes:g} min, proposer {the_proposer.name}"
@@ -114,7 +119,9 @@ def run(
                 if budget.stop.is_set() or summary.stop_reason:
                     break
         summary.stop_reason = summary.stop_reason or budget.exhausted() or "all targets done"
+        writer.flush()
     finally:
+        writer.close()  # what is queued is written; an error was raised by flush above
         the_proposer.close()
         tracker.log_night_metrics(parent_run_id, night_metrics(summary, ledger))
         accounts = config.state_dir / "reports" / f"{config.name}-{night}-llm-usage.json"
@@ -124,6 +131,7 @@ def run(
         (config.state_dir / "reports" / f"{config.name}-{night}.json").write_text(
             json.dumps(summary.to_json(), indent=2)
         )
+        ws.close()
     return summary
 
 
@@ -143,7 +151,8 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
         ),
     )
     archive = Archive(target)
-    recover_interrupted(r, study, target)
+    recover_interrupted(r, study, target, outputs=lambda run_id, result, io_dir: log_outputs(
+        r, evaluator, run_id, result, io_dir))
     load_archive(r, study, target, archive)
     earlier = len(archive.entries)  # candidates of earlier nights
     slice_s = max(0.0, deadline - time.monotonic())
@@ -177,6 +186,7 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
             _search_concurrently(r, lane, list(zip(slots, sandboxes, strict=True)))
             if not _seed_is_valid(r, lane):
                 return _finish_summary(out, archive, earlier)
+        r.writer.flush()  # the search's runs are complete before winners read them
         if not r.budget.stop.is_set():
 
             def trial(files: dict[str, str], summary: str, parent: str) -> ArchiveEntry | None:
@@ -196,6 +206,7 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
             out.winner = select_winner(r, target, evaluator, sandboxes[0], study, archive,
                                        evaluate=trial, deadline=deadline,
                                        max_trials=max(0, min(left)))
+    r.writer.flush()
     return _finish_summary(out, archive, earlier)
 
 
@@ -220,6 +231,7 @@ class Lane:
     seed_to_evaluate: bool = False  # the concurrent search begins with the seed
     reserve_set: bool = False  # the winner's reserve, from the seed's cost, is applied
     seed_cost_s: float = 0.0  # what the seed's evaluation cost this night
+    ahead: search.AskAhead | None = None  # the next trial, asked while the serial loop proposes
 
     def reserve_for_winner(self, r: Run) -> None:
         """Once the seed is measured: keep what confirming a winner will take (the seed's
@@ -258,8 +270,11 @@ def _seed_is_valid(r: Run, lane: Lane) -> bool:
 
 
 def _search(r: Run, lane: Lane, sandbox: Sandbox, slot: Slot) -> None:
-    """The serial search: one proposal, then its evaluation, until the slice is spent."""
+    """The serial search: one proposal, then its evaluation, until the slice is spent. The
+    proposal's trial is asked meanwhile (``search.AskAhead``): nothing else touches the
+    study until it is taken, so the trial is the one asking afterwards would give."""
     while (job := _next_job(r, lane)) is not None and job is not _WAIT:
+        lane.ahead = search.AskAhead(lane.study)
         proposal = job if isinstance(job, Proposal) else _propose(r, lane, job)
         _record_usage(r, lane, proposal)
         evaluated = _candidate(r, lane, sandbox, slot, proposal)
@@ -271,9 +286,10 @@ def _search_concurrently(r: Run, lane: Lane, slots: list[tuple[Slot, Sandbox]]) 
     """The same search with ``proposer.concurrency`` proposals being made while every slot
     evaluates one candidate and one thread records the evaluated ones. Proposing and
     evaluating run unlocked; everything that touches the archive, the study, git or the
-    budgets holds ``lock`` (MLflow has a lock of its own). A proposal still queued when the
-    slice ends, a stop is asked for or the duplicate streak is reached is not evaluated
-    (no trial, no branch)."""
+    budgets holds ``lock`` (MLflow is the writer thread's alone). A proposal still queued
+    when the slice ends, a stop is asked for or the duplicate streak is reached is not
+    evaluated (no trial, no branch). Trials are asked when a slot admits its candidate
+    (the study changes meanwhile: asking ahead would gain nothing exact)."""
     lock = threading.RLock()  # re-entered by the store guards of a candidate admitted under it
     work: queue.Queue[Proposal | None] = queue.Queue(maxsize=len(slots))
     done = threading.Event()
@@ -283,10 +299,8 @@ def _search_concurrently(r: Run, lane: Lane, slots: list[tuple[Slot, Sandbox]]) 
     flying = [0]  # proposals made or being made whose candidates are not settled yet
     dropped = [0]
 
-    mlflow_lock = threading.Lock()  # the tracker's: a rejected proposal logs under `lock`
-
     def guarded(part: str) -> contextlib.AbstractContextManager[Any]:
-        return mlflow_lock if part == "mlflow" else lock
+        return lock
 
     def fail(exc: BaseException) -> None:
         with lock:
@@ -354,7 +368,7 @@ def _search_concurrently(r: Run, lane: Lane, slots: list[tuple[Slot, Sandbox]]) 
             if errors:
                 continue
             try:
-                _settle(r, lane, *item, guard=guarded)  # MLflow outside the lock
+                _settle(r, lane, *item, guard=guarded)
                 with lock:
                     flying[0] -= 1
                     _duplicate_streak(lane, True)
@@ -470,6 +484,7 @@ class _Admitted:
     digest: str
     cand_dir: Path
     overhead_s: float
+    run: Future[str]  # its MLflow run, being created by the writer
 
 
 def _candidate(r: Run, lane: Lane, sandbox: Sandbox, slot: Slot, proposal: Proposal) -> bool:
@@ -497,27 +512,28 @@ def _admit(r: Run, lane: Lane, proposal: Proposal,
         except ProposalError as exc:
             proposal = dataclasses.replace(proposal, rejected=f"bad knob declaration: {exc}")
     if proposal.rejected is not None:
-        _record_rejected(r, target, study, archive, proposal, out, guard)
+        _record_rejected(r, lane, proposal, guard)
         return True
     dists = knobs.distributions(knob_set.values())
     structure = knobs.structure_key(proposal.files)
     fixed = {k: v for k, v in proposal.fixed_knobs.items() if k in dists}
     broken: str | None = None
     for _ in range(MAX_CONSTRAINED_ASKS):
-        trial, values = search.ask(study, dists, lane.names.map(dists, structure), fixed)
+        ahead, lane.ahead = lane.ahead, None
+        trial, values = search.ask(study, dists, lane.names.map(dists, structure), fixed, ahead)
         broken = broken_constraint(target.knob_constraints, values)
         if broken is None:
             break
         # values the target says cannot work: never a candidate, and the sampler learns so
-        trial.set_user_attr("state", "CONSTRAINED")
-        trial.set_user_attr("reason", f"knob values break {broken}")
+        search.set_user_attrs(trial, {"reason": f"knob values break {broken}",
+                                      "state": "CONSTRAINED"})
         study.tell(trial, state=TrialState.FAIL)
         if set(fixed) == set(dists):
             break  # the proposal fixed every value: asking again cannot help
     if broken is not None:
-        _record_rejected(r, target, study, archive, dataclasses.replace(
+        _record_rejected(r, lane, dataclasses.replace(
             proposal, rejected=f"knob values {values} break the target's constraint "
-                               f"{broken}"), out, guard)
+                               f"{broken}"), guard)
         return True
     files = knobs.substitute_files(proposal.files, values)
     digest = content_hash(files)
@@ -538,21 +554,20 @@ def _admit(r: Run, lane: Lane, proposal: Proposal,
         structure,
     )
     archive.pending[digest] = cand.id
-    record = CandidateRecord.of(cand)
+    record = CandidateRecord.of(cand, branch=r.ws.candidate_branch(target.name, cand.id))
     write_attrs(trial, record)  # RUNNING: a killed run finds it and finishes its record
-    cand_dir = r.ws.create_worktree(target.rel_path, target.name, cand.id, files)
-    r.ws.commit_candidate(target.name, cand.id, running_message(target, cand))
-    record = dataclasses.replace(record, branch=r.ws.candidate_branch(target.name, cand.id))
-    trial.set_user_attr("branch", record.branch)
+    cand_dir, _ = r.ws.create_candidate(target.rel_path, target.name, cand.id, files,
+                                        running_message(target, cand))
+    run = start_run(r, cand, record.branch, trial.number)
     return _Admitted(proposal, cand, record, trial, structure, digest, cand_dir,
-                     time.perf_counter() - t0)
+                     time.perf_counter() - t0, run)
 
 
 def _settle(r: Run, lane: Lane, a: _Admitted, result: EvalResult, eval_log: str,
             guard: Callable[[str], contextlib.AbstractContextManager[Any]] | None = None,
             ) -> None:
-    """Record an evaluated candidate everywhere (branch, MLflow, trial) and in the archive.
-    ``guard(part)`` is held around each part ("git", "mlflow", "optuna", "state"); by
+    """Record an evaluated candidate everywhere (branch, trial; MLflow in the writer) and in
+    the archive. ``guard(part)`` is held around each part ("git", "optuna", "state"); by
     default nothing is (the serial loop)."""
     hold = guard or (lambda part: contextlib.nullcontext())
     target, archive, cand = lane.target, lane.archive, a.cand
@@ -572,11 +587,12 @@ def _settle(r: Run, lane: Lane, a: _Admitted, result: EvalResult, eval_log: str,
         response=a.proposal.response,
         eval_log=eval_log,
         outputs=lambda run_id: log_outputs(r, lane.evaluator, run_id, result, io_dir),
+        io_dir=io_dir,
+        run=a.run,
+        cleanup=(None if r.config.vcs.keep_worktrees
+                 else lambda: r.ws.remove_worktree(target.name, cand.id)),
         guard=hold,
     )
-    with hold("git"):
-        if not r.config.vcs.keep_worktrees:
-            r.ws.remove_worktree(target.name, cand.id)
     with hold("state"):
         _add_to_archive(r, lane, a, result, best_before, t1)
 
@@ -601,15 +617,14 @@ def _add_to_archive(r: Run, lane: Lane, a: _Admitted, result: EvalResult,
 
 def _record_rejected(
     r: Run,
-    target: TargetSpec,
-    study: optuna.Study,
-    archive: Archive,
+    lane: Lane,
     proposal: Proposal,
-    out: TargetSummary,
     guard: Callable[[str], contextlib.AbstractContextManager[Any]] | None = None,
 ) -> None:
     """A proposal without usable code: a REJECTED candidate with a trial and a run, no branch."""
-    trial = study.ask()
+    target, study, archive, out = lane.target, lane.study, lane.archive, lane.out
+    ahead, lane.ahead = lane.ahead, None
+    trial = ahead.take() if ahead is not None else study.ask()
     result = EvalResult(CandidateState.REJECTED, str(proposal.rejected), "proposal")
     cand = Candidate(
         SEED_ID if proposal.proposer == "seed" else archive.next_id(),

@@ -9,7 +9,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import queue
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -52,6 +55,60 @@ class RunSummary:
         return dataclasses.asdict(self)
 
 
+class Writer:
+    """The background writer: one thread that runs the record jobs it is given in order
+    (a candidate's MLflow run, its clean-up), so that the loop goes on once the trial is
+    told. The queue is bounded (``maxsize``): a loop that outruns the stores waits at
+    :meth:`submit`. Nothing in it is the only copy of anything: the trial's state is the
+    source of truth and every job's input is on disk first (:mod:`optimizer.recording`),
+    so a kill loses no record; ``--resume`` runs what was left. A failed job makes the
+    next :meth:`submit` or :meth:`flush` raise."""
+
+    def __init__(self, maxsize: int = 32):
+        self._jobs: queue.Queue[tuple[Callable[[], Any], Future[Any]] | None] = queue.Queue(
+            maxsize)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._work, name="record-writer", daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        while (item := self._jobs.get()) is not None:
+            job, done = item
+            try:
+                done.set_result(job())
+            except BaseException as exc:  # noqa: BLE001 - raised by the loop's thread
+                self._error = self._error or exc
+                done.set_exception(exc)
+            finally:
+                self._jobs.task_done()
+        self._jobs.task_done()
+
+    def submit(self, job: Callable[[], Any]) -> Future[Any]:
+        """Queue ``job``; its result (or error) arrives in the returned future."""
+        self.check()
+        done: Future[Any] = Future()
+        self._jobs.put((job, done))
+        return done
+
+    def flush(self) -> None:
+        """Wait until every job queued so far has run."""
+        self._jobs.join()
+        self.check()
+
+    def check(self) -> None:
+        if self._error is not None:
+            raise OptimizerError(
+                f"writing a record failed: {self._error!r}; the trials hold every result, "
+                "`optimizer run ... --resume` writes what is missing"
+            ) from self._error
+
+    def close(self) -> None:
+        """Run what is queued, then stop the thread (raises nothing: see :meth:`check`)."""
+        if self._thread.is_alive():
+            self._jobs.put(None)
+            self._thread.join()
+
+
 @dataclass
 class Run:
     """Handles shared by every target of one invocation (not a god object: no logic)."""
@@ -64,6 +121,7 @@ class Run:
     ledger: Ledger  # LLM tokens and dollars, per call, candidate, target and night
     summary: RunSummary
     say: Callable[[str], None]
+    writer: Writer  # MLflow runs and clean-up, off the loop's path
 
 
 def night_metrics(summary: RunSummary, ledger: Ledger) -> dict[str, float]:

@@ -4,6 +4,8 @@ the archive (with every content hash) from the studies and branches."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
@@ -12,7 +14,7 @@ from optimizer import search
 from optimizer.archive import Archive
 from optimizer.errors import OptimizerError
 from optimizer.night import Run
-from optimizer.recording import save, write_attrs
+from optimizer.recording import finish_pending, save, write_attrs
 from optimizer.records import (
     SEED_ID,
     ArchiveEntry,
@@ -27,8 +29,13 @@ from optimizer.targets import TargetSpec
 INTERRUPTED = "interrupted: the run stopped before this candidate finished"
 
 
-def recover_interrupted(r: Run, study: optuna.Study, target: TargetSpec) -> None:
-    """Trials left RUNNING by a killed run: finish their records in all three stores."""
+def recover_interrupted(
+    r: Run, study: optuna.Study, target: TargetSpec,
+    outputs: Callable[[str, EvalResult, Path], None] | None = None,
+) -> None:
+    """Trials left RUNNING by a killed run: finish their records in all three stores; then
+    the MLflow runs of told candidates that the writer had not finished (``outputs`` logs
+    what their evaluations left, where it is still on disk)."""
     for frozen in search.running_trials(study):
         record = CandidateRecord.from_trial(frozen)
         if record.complete:  # evaluated and logged; only the tell was lost
@@ -73,6 +80,9 @@ def recover_interrupted(r: Run, study: optuna.Study, target: TargetSpec) -> None
             except OptimizerError:
                 pass
         r.say(f"[{target.name}] {cid} marked FAILED: {INTERRUPTED}")
+    r.writer.flush()
+    for cid in finish_pending(r, study, target, outputs):
+        r.say(f"[{target.name}] {cid}: its MLflow run finished from the pending record")
     _drop_leftover_worktrees(r, target)
 
 

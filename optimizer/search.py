@@ -9,6 +9,7 @@ parameter ``NAME@<structure>`` instead (Optuna cannot change a categorical's cho
 from __future__ import annotations
 
 import logging
+import threading
 import warnings
 import weakref
 from collections.abc import Mapping
@@ -130,14 +131,93 @@ def ask(
     dists: Mapping[str, BaseDistribution],
     names: Mapping[str, str],
     fixed: Mapping[str, Any],
+    ahead: AskAhead | None = None,
 ) -> tuple[optuna.trial.Trial, dict[str, Any]]:
-    """A new trial with values for every knob; ``fixed`` values are enqueued first."""
+    """A new trial with values for every knob; ``fixed`` values are enqueued first. With
+    ``ahead`` the trial asked in the background is taken and its values suggested."""
     renamed = {names[k]: d for k, d in dists.items()}
-    if fixed:
-        study.enqueue_trial({names[k]: v for k, v in fixed.items() if k in names})
-    trial = study.ask(renamed)
+    pinned = {names[k]: v for k, v in fixed.items() if k in names}
+    if ahead is None:
+        if pinned:
+            study.enqueue_trial(pinned)
+        trial = study.ask(renamed)
+    else:
+        trial = ahead.take()
+        if pinned:  # what an enqueued trial holds: its suggestions return these values
+            trial._fixed_params = dict(pinned)
+        for name, dist in renamed.items():
+            _suggest(trial, name, dist)
     values = {k: trial.params[names[k]] for k in dists}
     return trial, values
+
+
+def _suggest(trial: optuna.trial.Trial, name: str, dist: BaseDistribution) -> Any:
+    """``trial.suggest_*`` for a distribution object (what ``study.ask(dists)`` does)."""
+    if isinstance(dist, optuna.distributions.FloatDistribution):
+        return trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log)
+    if isinstance(dist, optuna.distributions.IntDistribution):
+        return trial.suggest_int(name, dist.low, dist.high, step=dist.step, log=dist.log)
+    if isinstance(dist, optuna.distributions.CategoricalDistribution):
+        return trial.suggest_categorical(name, dist.choices)
+    raise TypeError(f"no suggestion for {type(dist).__name__}")
+
+
+class AskAhead:
+    """The next trial, asked in a background thread while the proposal is being made.
+
+    Optuna's relative sampling (TPE's multivariate model over every trial: 7-20 ms, more
+    as the study grows) does not depend on the distributions a trial is asked with: it
+    runs on the first suggestion, over the search space inferred from the trials so far.
+    So a bare ``study.ask()`` plus that sampling can run before the proposal exists, and
+    the suggestions afterwards only look the values up. The study must not change
+    meanwhile (the serial loop proposes, nothing else), so the trial and its values are
+    exactly what ``study.ask(dists)`` after the proposal would have given, and a night
+    with one slot replays exactly. A run killed meanwhile leaves the trial RUNNING with
+    no candidate; ``--resume`` marks it FAILED ("interrupted").
+    """
+
+    def __init__(self, study: optuna.Study):
+        self._study = study
+        self._done = threading.Event()
+        self._trial: optuna.trial.Trial | None = None
+        self._error: BaseException | None = None
+        threading.Thread(target=self._ask, name="ask-ahead", daemon=True).start()
+
+    def _ask(self) -> None:
+        try:
+            trial = self._study.ask()
+            trial.relative_params  # noqa: B018 - the sampling itself (lazy in Optuna)
+            self._trial = trial
+        except BaseException as exc:  # noqa: BLE001 - raised where the trial is taken
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def take(self) -> optuna.trial.Trial:
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._trial is not None
+        return self._trial
+
+
+def set_user_attrs(trial: Any, attrs: Mapping[str, Any]) -> None:
+    """Several user attributes of a live trial, in one transaction where the storage is
+    Optuna's RDB storage (each ``set_user_attr`` is a commit of its own: 0.6-0.9 ms each
+    on sqlite, 14 of them per candidate); one by one, in their order, elsewhere."""
+    rdb = getattr(trial.storage, "_backend", trial.storage)
+    write = getattr(rdb, "_set_trial_attr_without_commit", None)
+    if not isinstance(rdb, optuna.storages.RDBStorage) or write is None or len(attrs) < 2:
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        return
+    from optuna.storages._rdb import models
+    from optuna.storages._rdb.storage import _create_scoped_session
+
+    with _create_scoped_session(rdb.scoped_session, True) as session:
+        for key, value in attrs.items():
+            write(session, models.TrialUserAttributeModel, trial._trial_id, key, value)
+    trial._cached_frozen_trial.user_attrs.update(attrs)
 
 
 def running_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:

@@ -33,7 +33,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import sqlalchemy
-from mlflow.entities import Metric, Param, RunStatus, ViewType
+from mlflow.entities import Metric, Param, RunStatus, RunTag, ViewType
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from sqlalchemy.exc import SADeprecationWarning
@@ -210,16 +210,19 @@ class Tracker:
         *,
         metrics: Mapping[str, float] | None = None,
         params: Mapping[str, Any] | None = None,
+        tags: Mapping[str, str] | None = None,
     ) -> None:
         """log_batch within MLflow's per-request limits (100 params, 1000 entries)."""
         now = int(time.time() * 1000)
         ms = [Metric(_metric_key(k), float(v), now, 0) for k, v in (metrics or {}).items()]
         ps = [Param(k, str(v)[:_PARAM_LIMIT]) for k, v in (params or {}).items()]
-        while ms or ps:  # one request in every realistic case
+        ts = [RunTag(k, str(v)[:_TAG_LIMIT]) for k, v in (tags or {}).items()]
+        while ms or ps or ts:  # one request in every realistic case
             take_p, ps = ps[:_BATCH_PARAMS], ps[_BATCH_PARAMS:]
-            room = _BATCH_ENTRIES - len(take_p)
+            take_t, ts = ts[: _BATCH_ENTRIES - len(take_p)], ts[_BATCH_ENTRIES - len(take_p):]
+            room = _BATCH_ENTRIES - len(take_p) - len(take_t)
             take_m, ms = ms[:room], ms[room:]
-            self.client.log_batch(run_id, metrics=take_m, params=take_p)
+            self.client.log_batch(run_id, metrics=take_m, params=take_p, tags=take_t)
 
     # -- candidates ----------------------------------------------------------------------
 
@@ -238,18 +241,26 @@ class Tracker:
         eval_log: str = "",
         extra_metrics: Mapping[str, float] | None = None,
     ) -> str:
-        """Record one evaluated candidate as a finished child run; returns its run id.
+        """Record one evaluated candidate as a finished child run; returns its run id
+        (:meth:`start_candidate` then :meth:`finish_candidate`)."""
+        run_id = self.start_candidate(parent_run_id=parent_run_id, candidate=candidate,
+                                      branch=branch, trial_number=trial_number)
+        self.finish_candidate(run_id, candidate=candidate, result=result, commit=commit,
+                              diff=diff, prompt=prompt, response=response, eval_log=eval_log,
+                              extra_metrics=extra_metrics)
+        return run_id
 
-        Four store calls (create, batch, artifacts, terminate) and one local folder copy.
-        """
+    def start_candidate(
+        self, *, parent_run_id: str, candidate: Candidate, branch: str, trial_number: int
+    ) -> str:
+        """The candidate's child run, RUNNING, with the tags that name it (its state tag
+        says RUNNING); returns its run id. The loop creates it while the candidate is
+        evaluated, so that the trial can name it before it is told."""
         tags = {
             PARENT_TAG: parent_run_id,
             "optimizer.target": candidate.target,
-            "optimizer.state": result.state.value,
-            "optimizer.reason": result.reason[:REASON_LIMIT],
-            "optimizer.stage": result.stage,
+            "optimizer.state": "RUNNING",
             "optimizer.branch": branch,
-            "optimizer.commit": commit,
             "optimizer.candidate": candidate.id,
             "optimizer.trial": str(trial_number),
             "optimizer.content_hash": candidate.content_hash,
@@ -259,8 +270,30 @@ class Tracker:
         run = self.client.create_run(
             self.experiment_id, tags=tags, run_name=f"{candidate.target}/{candidate.id}"
         )
-        run_id = str(run.info.run_id)
+        return str(run.info.run_id)
 
+    def finish_candidate(
+        self,
+        run_id: str,
+        *,
+        candidate: Candidate,
+        result: EvalResult,
+        commit: str,
+        diff: str,
+        prompt: str = "",
+        response: str = "",
+        eval_log: str = "",
+        extra_metrics: Mapping[str, float] | None = None,
+    ) -> None:
+        """Everything else of a candidate's run, then its end: one batch (state tags,
+        params, metrics), one artifact upload, the status. Doing it again (``--resume``
+        finishing what a killed night left) gives the same run."""
+        tags = {
+            "optimizer.state": result.state.value,
+            "optimizer.reason": result.reason[:REASON_LIMIT],
+            "optimizer.stage": result.stage,
+            "optimizer.commit": commit,
+        }
         params = {f"knob.{k}": v for k, v in candidate.knobs.items()}
         params |= {
             "proposer": candidate.proposer,
@@ -270,7 +303,7 @@ class Tracker:
         values = {**result.metrics, "eval_cost_s": result.cost_s}
         values |= {f"objective.{i}": v for i, v in enumerate(result.objectives)}
         values |= dict(extra_metrics or {})
-        self._log_batch(run_id, metrics=values, params=params)
+        self._log_batch(run_id, metrics=values, params=params, tags=tags)
 
         texts = {
             "candidate.diff": diff,
@@ -293,7 +326,6 @@ class Tracker:
 
         status = RunStatus.FINISHED if result.state is CandidateState.VALID else RunStatus.FAILED
         self.client.set_terminated(run_id, status=RunStatus.to_string(status))
-        return run_id
 
     def drop_candidate_runs(self, target: str, cid: str) -> int:
         """Delete every child run of candidate ``cid`` of ``target`` (over all nights);

@@ -239,7 +239,8 @@ def _under_cache_lock(method: Callable[..., Any]) -> Callable[..., Any]:
 
 class KernelEvaluator(Evaluator):
     kind: ClassVar[str] = "kernel"
-    # the warm-up imports what each candidate's first checked call imported (evaluators.kernels.warm)
+    # the warm-up imports what each candidate's first checked call imported
+    # (evaluators.kernels.warm)
     preload: ClassVar[tuple[str, ...]] = ("torch", "triton", "evaluators.kernels.warm")
     uses_gpu: ClassVar[bool] = True
     # where an evaluation's calls share one process (on the CPU there is one call)
