@@ -167,6 +167,12 @@ def _reference_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def _drop_tensor_files(io_dir: Path) -> None:
+    """The tensors an evaluation's calls exchanged through ``io_dir`` (its other files stay)."""
+    for path in io_dir.glob("*.safetensors"):
+        path.unlink(missing_ok=True)
+
+
 class _CasePool:
     """One workload's validation cases for a night (see KernelEvaluator._case_pool)."""
 
@@ -366,7 +372,16 @@ class KernelEvaluator(Evaluator):
     def correctness(self, cand_dir: Path, ctx: EvalContext,
                     picks: tuple[int, int, int] | None = None) -> EvalResult:
         """Three of each workload's night cases (drawn with the evaluation's hidden seed,
-        or ``picks``) through the child's checked calls, against float64 references."""
+        or ``picks``) through the child's checked calls, against float64 references. The
+        case files, outputs and inputs-after-the-call are deleted once judged (a
+        cross-entropy check leaves 5 GB: four slots filled a 64 GiB disk)."""
+        try:
+            return self._correctness(cand_dir, ctx, picks)
+        finally:
+            _drop_tensor_files(ctx.io_dir)
+
+    def _correctness(self, cand_dir: Path, ctx: EvalContext,
+                     picks: tuple[int, int, int] | None) -> EvalResult:
         import torch
         from safetensors.torch import load_file
 
@@ -582,6 +597,13 @@ class KernelEvaluator(Evaluator):
             return EvalResult(CandidateState.PRUNED, "no cuda workloads in target.toml", stage), {}
         with ctx.device_alone():  # no other slot's timing on this device meanwhile
             call = self._call(ctx, cand_dir, "time", payload)
+        try:
+            return self._judge_timed(call, payload, ctx, stage)
+        finally:
+            _drop_tensor_files(ctx.io_dir)
+
+    def _judge_timed(self, call: Any, payload: dict[str, Any], ctx: EvalContext,
+                     stage: str) -> tuple[EvalResult | None, dict]:
         failed = result_from_call(call, stage)
         if failed is not None:
             return failed, {}

@@ -13,7 +13,11 @@ from optimizer.targets import load_target
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def test_cases_are_made_once_a_night_and_drawn_per_evaluation(tmp_path):
+def test_cases_are_made_once_a_night_and_drawn_per_evaluation(tmp_path, monkeypatch):
+    from evaluators.kernels import evaluator as kernel_evaluator
+
+    # keep each evaluation's files to look at them (the check deletes them: next test)
+    monkeypatch.setattr(kernel_evaluator, "_drop_tensor_files", lambda io_dir: None)
     spec = load_target(ROOT / "targets/kernels/softmax", ROOT)
     evaluator = KernelEvaluator(spec)
     tampered = False
@@ -37,6 +41,23 @@ def test_cases_are_made_once_a_night_and_drawn_per_evaluation(tmp_path):
     first = next(iter(evaluator._pools.values()))
     assert len(first.made) > 3  # later evaluations drew other cases of the pool
     assert all(p.read_bytes() != b"garbage" for _, _, p in first.made.values())
+
+
+def test_a_check_leaves_no_tensor_files_behind(tmp_path):
+    spec = load_target(ROOT / "targets/kernels/softmax", ROOT)
+    evaluator = KernelEvaluator(spec)
+    io = tmp_path / "io"
+    io.mkdir()
+    (io / "note.txt").write_text("kept")
+    with Sandbox(SandboxSettings(timeout_s=120)) as sandbox:
+        ctx = EvalContext(sandbox, seed=0, scratch=tmp_path / "s", io_dir=io, device="cpu",
+                          timeout_s=120, cache_dir=tmp_path / "cache")
+        res = evaluator.correctness(spec.path, ctx)
+    assert res.state is CandidateState.VALID, res.reason
+    assert not list(io.glob("*.safetensors"))  # inputs, outputs, inputs after the call
+    assert (io / "note.txt").read_text() == "kept"
+    assert all(p.exists() for pool in evaluator._pools.values()
+               for _, _, p in pool.made.values())  # the night's cases stay
 
 
 def test_the_final_check_runs_every_case_of_the_pool(tmp_path):
