@@ -78,7 +78,11 @@ class _Site:
     weight: float = 1.0
 
 
-def _new_numbers(value: int | float) -> list[int | float]:
+def _new_numbers(value: int | float, powers: bool = False) -> list[int | float]:
+    """Nearby values of a literal. With ``powers`` (a module that launches Triton kernels)
+    a power of two stays one: block sizes and ``num_warps`` must be (7 warps fail at launch)."""
+    if isinstance(value, int) and powers and value >= 2 and value & (value - 1) == 0:
+        return [value // 2, value * 2]
     if isinstance(value, int):
         if value == 0:
             return [1]
@@ -114,6 +118,7 @@ class _Finder:
 
     def __init__(self, path: str, source: str, regions: list[tuple[int, int]], skip: set[int]):
         self.path, self.source, self.regions, self.skip = path, source, regions, skip
+        self.powers = False  # the module imports triton (set by visit)
         self.starts = [0] + [m.end() for m in _NEWLINE.finditer(source)]
         self.sites: list[_Site] = []
 
@@ -143,7 +148,8 @@ class _Finder:
                 return
         except (ValueError, SyntaxError):
             return
-        new = tuple(repr(v) if isinstance(v, float) else str(v) for v in _new_numbers(value))
+        new = tuple(repr(v) if isinstance(v, float) else str(v)
+                    for v in _new_numbers(value, self.powers))
         if new:
             self.sites.append(_Site(self.path, node.lineno, start, end, old, new))
 
@@ -169,6 +175,10 @@ class _Finder:
                 # 3.11 reports unreliable positions inside f-strings.
                 if isinstance(node, ast.JoinedStr) or node in inside_fstring:
                     inside_fstring.add(child)
+        self.powers = any(
+            isinstance(n, ast.Import) and any(a.name.split(".")[0] == "triton" for a in n.names)
+            or isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "triton"
+            for n in ast.walk(tree))
         kernel_code = {n for f in ast.walk(tree) if _is_device_kernel(f) for n in ast.walk(f)}
         plumbing = _shape_plumbing(tree)
         for node in ast.walk(tree):

@@ -330,6 +330,22 @@ def test_code_inside_a_gpu_kernel_is_never_mutated():
     assert changed_host == 40  # the host function's literals and operators still mutate
 
 
+def test_powers_of_two_stay_powers_of_two_in_triton_modules():
+    prop = OfflineProposer(seed=5, knob_search_share=0.0, max_mutations=1)
+    seen = set()
+    for iteration in range(60):
+        out = prop.propose(context(entry({"kernel.py": KERNEL}), iteration=iteration))
+        seen.update(re.findall(r"`(\d+)` -> `(\d+)`", out.summary))
+    assert ("16", "8") in seen or ("16", "32") in seen
+    assert seen and all(int(new) & (int(new) - 1) == 0 for old, new in seen
+                        if int(old) & (int(old) - 1) == 0), seen
+    from optimizer.proposers.offline import _new_numbers
+
+    assert _new_numbers(8, powers=True) == [4, 16]
+    assert {7, 9} <= set(_new_numbers(8))  # elsewhere a small literal moves by one too
+    assert _new_numbers(6, powers=True) == _new_numbers(6)  # not a power of two
+
+
 PLUMBING = '''
 import torch
 
