@@ -46,3 +46,39 @@ def test_variant_knobs_are_in_the_block_and_every_setting_stays_legal(rel, bench
     assert len(combos) == math.prod(len(c) for c in grid.values())
     for values in combos:
         assert check_source(bench.substitute(src, values), Path(rel).name) == [], values
+
+
+_TWO_TILES = """
+import importlib.util, sys, torch
+spec = importlib.util.spec_from_file_location("v", sys.argv[1])
+v = importlib.util.module_from_spec(spec); spec.loader.exec_module(v)
+torch.manual_seed(0)
+for width in (128, 100, 5):  # no tail, a tail of 36 in a 64 tile, a tail of 1
+    m = v.ModelNew(width)
+    with torch.no_grad():
+        m.weight.uniform_(0.5, 1.5)
+        if hasattr(m, "bias"):
+            m.bias.uniform_(-1, 1)
+    x = torch.randn(3, width) * 4 + 300
+    xd = x.double()
+    if hasattr(m, "bias"):
+        ref = torch.nn.functional.layer_norm(xd, (width,), m.weight.double(),
+                                             m.bias.double(), m.eps)
+    else:
+        ref = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + m.eps) * m.weight.double()
+    err = ((m(x).double() - ref).norm() / ref.norm()).item()
+    assert err < 1e-5, (width, err)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("target", ["rmsnorm", "layernorm"])
+def test_two_tile_rows_are_right_with_and_without_a_tail(target):
+    import os
+    import subprocess
+    import sys
+
+    path = KERNELS / target / "variants" / "two_tiles.py"
+    done = subprocess.run([sys.executable, "-c", _TWO_TILES, str(path)], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
