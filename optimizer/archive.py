@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from optimizer.records import (
     SEED_ID,
+    WORKER_LOST,
     ArchiveEntry,
     CandidateState,
     candidate_id,
@@ -50,8 +51,11 @@ class Archive:
 
     @property
     def seed(self) -> ArchiveEntry | None:
-        """The seed, once it is evaluated (it need not be the first entry)."""
-        return next((e for e in self.entries if e.id == SEED_ID), None)
+        """The seed, once it is evaluated (it need not be the first entry). A seed whose
+        worker was lost is not evaluated: its re-run (another id, proposer "seed") is."""
+        return next((e for e in self.entries if e.id == SEED_ID and e.reason != WORKER_LOST),
+                    None) or next((e for e in self.entries if e.proposer == "seed"
+                                   and e.id != SEED_ID and e.reason != WORKER_LOST), None)
 
     def valid(self) -> list[ArchiveEntry]:
         return [e for e in self.entries if e.state is CandidateState.VALID and e.objectives]

@@ -1,6 +1,7 @@
 """The ``optimizer`` command line.
 
     optimizer run EXPERIMENT.toml [--set KEY=VALUE ...] [--resume] [--proposer ...]
+    optimizer worker EXPERIMENT.toml [--storage URL] [--tracking-uri URI] [--remote NAME]
     optimizer evaluate TARGET [FILES ...] [--json]
     optimizer status [-e EXPERIMENT.toml] [--json]
     optimizer report [-e EXPERIMENT.toml]
@@ -78,6 +79,26 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print the run summary as JSON at the end")
     run.set_defaults(func=cmd_run)
 
+    wk = sub.add_parser("worker", help="work on a night that workers on other machines share")
+    wk.add_argument("experiment", type=Path)
+    wk.add_argument("--storage", help="Optuna storage they share (same as --set "
+                    "search.storage=URL), e.g. postgresql+psycopg2://user@host/db")
+    wk.add_argument("--tracking-uri", help="MLflow tracking server, e.g. http://host:5000")
+    wk.add_argument("--remote", help="git remote for the branches (same as --set vcs.push=NAME)")
+    wk.add_argument("--night", help="the night to join or start (default: the experiment's "
+                    "open night, else a new one)")
+    wk.add_argument("--heartbeat-s", type=int, help="seconds between heartbeats (default 10)")
+    wk.add_argument("--grace-s", type=int, help="a worker silent this long is lost "
+                    "(default 3 heartbeats)")
+    wk.add_argument("--set", dest="overrides", action="append", default=[],
+                    metavar="KEY=VALUE", help="override any experiment or target setting")
+    wk.add_argument("--proposer", help="offline | llm | replay:PATH")
+    wk.add_argument("--minutes", type=float, help="the night's time, for a worker that "
+                    "starts it (same as --set budget.minutes=N)")
+    wk.add_argument("--slots", type=int, help="evaluation slots of this worker")
+    wk.add_argument("--json", action="store_true", help="print this worker's summary as JSON")
+    wk.set_defaults(func=cmd_worker)
+
     ev = sub.add_parser("evaluate", help="evaluate a target's seed or given files once")
     ev.add_argument("target", help="target folder, or a target name of the experiment")
     ev.add_argument(
@@ -152,6 +173,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     from optimizer.loop import run
 
     summary = run(config, resume=args.resume, say=_progress_printer(sys.stdout))
+    if args.json:
+        print(json.dumps(summary.to_json(), indent=2))
+    else:
+        print(_summary_table(summary))
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from optimizer.config import load_experiment
+
+    overrides = list(args.overrides)
+    for value, key in ((args.storage, "search.storage"), (args.tracking_uri, "tracking.uri"),
+                       (args.remote, "vcs.push"), (args.night, "worker.night"),
+                       (args.proposer, "proposer.kind")):
+        if value:
+            overrides.append(f"{key}={json.dumps(value)}")
+    for number, key in ((args.heartbeat_s, "worker.heartbeat_s"), (args.grace_s, "worker.grace_s"),
+                        (args.minutes, "budget.minutes"), (args.slots, "run.slots")):
+        if number is not None:
+            overrides.append(f"{key}={number}")
+    config = load_experiment(args.experiment, overrides, workspace=_workspace_of(args.experiment))
+    from optimizer.worker import work
+
+    summary = work(config, say=_progress_printer(sys.stdout))
     if args.json:
         print(json.dumps(summary.to_json(), indent=2))
     else:

@@ -148,6 +148,27 @@ class VcsConfig:
 
 
 @dataclass(frozen=True)
+class WorkerConfig:
+    """``optimizer worker``: how workers on several machines share a night."""
+
+    heartbeat_s: int = 10  # each held trial's Optuna heartbeat and the worker's record
+    grace_s: int = 0  # a trial without a heartbeat this long is lost; 0 = 3 heartbeats
+    night: str = ""  # the night to join ("" = the experiment's open night, else a new one)
+
+    def __post_init__(self) -> None:
+        if self.heartbeat_s < 1:
+            raise ValueError(f"worker.heartbeat_s must be 1 or more, not {self.heartbeat_s}")
+        if self.grace_s < 0:
+            raise ValueError(f"worker.grace_s must be 0 (automatic) or more, not {self.grace_s}")
+        if "/" in self.night:
+            raise ValueError(f"worker.night must not contain '/': {self.night!r}")
+
+    @property
+    def grace(self) -> int:
+        return self.grace_s or 3 * self.heartbeat_s
+
+
+@dataclass(frozen=True)
 class SandboxConfig:
     require_isolation: bool = False
     memory_mb: int = 16384
@@ -186,6 +207,7 @@ class ExperimentConfig:
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     stats: StatsConfig = field(default_factory=StatsConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    worker: WorkerConfig = field(default_factory=WorkerConfig)
 
     @property
     def optuna_storage(self) -> str:
@@ -211,6 +233,7 @@ _SECTIONS: dict[str, type] = {
     "sandbox": SandboxConfig,
     "stats": StatsConfig,
     "run": RunConfig,
+    "worker": WorkerConfig,
 }
 _TOP_KEYS = {"name", "seed", "state_dir", "base", "proposer", "targets", *_SECTIONS}
 _TARGET_ENTRY_KEYS = {"path", "share", "max_candidates", "settings"}

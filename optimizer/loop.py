@@ -140,7 +140,7 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
     out = TargetSummary(target.name)
     evaluator = evaluators.get(target.kind)(target)
     study = search.open_study(
-        r.config.optuna_storage,
+        r.config.optuna_storage if r.shared is None else r.shared.storage,
         r.config.name,
         target,
         search.make_sampler(
@@ -151,9 +151,13 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
         ),
     )
     archive = Archive(target)
-    recover_interrupted(r, study, target, outputs=lambda run_id, result, io_dir: log_outputs(
-        r, evaluator, run_id, result, io_dir))
-    load_archive(r, study, target, archive)
+    outputs = lambda run_id, result, io_dir: log_outputs(  # noqa: E731
+        r, evaluator, run_id, result, io_dir)
+    if r.shared is None:
+        recover_interrupted(r, study, target, outputs=outputs)
+        load_archive(r, study, target, archive)
+    else:  # workers share the study: only lost workers' trials are recovered
+        r.shared.open_target(r, study, target, archive, outputs)
     earlier = len(archive.entries)  # candidates of earlier nights
     slice_s = max(0.0, deadline - time.monotonic())
     lane = Lane(
@@ -168,7 +172,7 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
     # a kind that cannot evaluate in several threads gets one slot, and the whole machine
     wanted = r.config.run.slots if type(evaluator).concurrent_evaluations else 1
     slots = slot_plan.plan(wanted, type(evaluator).uses_gpu)
-    serial = len(slots) == 1 and r.config.proposer.concurrency == 1
+    serial = len(slots) == 1 and r.config.proposer.concurrency == 1 and r.shared is None
     with contextlib.ExitStack() as stack:
         sandboxes = [stack.enter_context(make_sandbox(r.config, target, evaluator, slot=s))
                      for s in slots]
@@ -187,7 +191,8 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
             if not _seed_is_valid(r, lane):
                 return _finish_summary(out, archive, earlier)
         r.writer.flush()  # the search's runs are complete before winners read them
-        if not r.budget.stop.is_set():
+        if not r.budget.stop.is_set() and (  # of several workers, one selects the winner
+                r.shared is None or r.shared.winners_turn(r, lane, sandboxes[0], slots[0])):
 
             def trial(files: dict[str, str], summary: str, parent: str) -> ArchiveEntry | None:
                 """A reduced program, evaluated as a candidate of its own."""
@@ -419,6 +424,10 @@ def _next_job(r: Run, lane: Lane, flying: int = 0) -> Proposal | ProposalContext
         return _WAIT
     if lane.entry.max_candidates and out.candidates + flying >= lane.entry.max_candidates:
         return _WAIT if out.candidates < lane.entry.max_candidates else None
+    if r.shared is not None:  # the other workers' candidates; a lost worker's, to re-run
+        rerun = r.shared.next_job(r, lane)
+        if rerun is not None:
+            return rerun
     if lane.seed_to_evaluate:
         lane.seed_to_evaluate = False
         return _seed_proposal(target)
@@ -538,12 +547,16 @@ def _admit(r: Run, lane: Lane, proposal: Proposal,
     files = knobs.substitute_files(proposal.files, values)
     digest = content_hash(files)
     known = archive.hashes.get(digest) or archive.pending.get(digest)
+    cid = ""
+    if r.shared is not None:  # an atomic claim of the content and an id, across workers
+        known, cid = r.shared.claim(lane, proposal, trial, digest, files, values, structure,
+                                    known)
     if known is not None:
         _record_duplicate(study, trial, archive, known)
         out.duplicates += 1
         return False
     cand = Candidate(
-        SEED_ID if proposal.proposer == "seed" else archive.next_id(),
+        cid or (SEED_ID if proposal.proposer == "seed" else archive.next_id()),
         target.name,
         proposal.parent_id,
         proposal.proposer,
@@ -627,7 +640,8 @@ def _record_rejected(
     trial = ahead.take() if ahead is not None else study.ask()
     result = EvalResult(CandidateState.REJECTED, str(proposal.rejected), "proposal")
     cand = Candidate(
-        SEED_ID if proposal.proposer == "seed" else archive.next_id(),
+        r.shared.claim_id(lane, proposal, trial) if r.shared is not None
+        else SEED_ID if proposal.proposer == "seed" else archive.next_id(),
         target.name,
         proposal.parent_id,
         proposal.proposer,

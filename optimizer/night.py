@@ -122,6 +122,7 @@ class Run:
     summary: RunSummary
     say: Callable[[str], None]
     writer: Writer  # MLflow runs and clean-up, off the loop's path
+    shared: Any = None  # `optimizer worker`: claims and refreshes (optimizer.worker.Shared)
 
 
 def night_metrics(summary: RunSummary, ledger: Ledger) -> dict[str, float]:

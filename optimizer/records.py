@@ -160,6 +160,10 @@ def candidate_number(cid: str) -> int:
 
 SEED_ID = candidate_id(1)
 
+# the reason of a candidate whose worker stopped sending heartbeats (optimizer.worker); its
+# program is evaluated again as a candidate of its own
+WORKER_LOST = "worker lost: its worker stopped sending heartbeats while it was evaluated"
+
 
 @dataclass(frozen=True)
 class Candidate:

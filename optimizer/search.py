@@ -49,6 +49,10 @@ def make_sampler(
     )
 
 
+# studies that workers on other machines share (optimizer.worker): a trial enqueued with
+# fixed values could be asked by any of them, so fixed values are suggested in the trial
+SHARED_STUDIES: weakref.WeakSet[optuna.Study] = weakref.WeakSet()
+
 # the storage each study was opened with (its public interface reopens RUNNING trials)
 _STORAGE_OF: weakref.WeakKeyDictionary[optuna.Study, optuna.storages.BaseStorage] = (
     weakref.WeakKeyDictionary()
@@ -74,11 +78,12 @@ def live_trial(study: optuna.Study, number: int) -> optuna.trial.Trial:
 
 
 def open_study(
-    storage: str, experiment: str, target: TargetSpec, sampler: optuna.samplers.BaseSampler
+    storage: str | optuna.storages.RDBStorage, experiment: str, target: TargetSpec,
+    sampler: optuna.samplers.BaseSampler,
 ) -> optuna.Study:
     directions: list[Any] = [o.direction for o in target.objectives]
     name = f"{experiment}/{target.name}"
-    rdb = storage_for(storage)
+    rdb = storage_for(storage) if isinstance(storage, str) else storage
     try:
         study = optuna.create_study(
             storage=rdb,
@@ -137,12 +142,12 @@ def ask(
     ``ahead`` the trial asked in the background is taken and its values suggested."""
     renamed = {names[k]: d for k, d in dists.items()}
     pinned = {names[k]: v for k, v in fixed.items() if k in names}
-    if ahead is None:
+    if ahead is None and not (pinned and study in SHARED_STUDIES):
         if pinned:
             study.enqueue_trial(pinned)
         trial = study.ask(renamed)
     else:
-        trial = ahead.take()
+        trial = ahead.take() if ahead is not None else study.ask()
         if pinned:  # what an enqueued trial holds: its suggestions return these values
             trial._fixed_params = dict(pinned)
         for name, dist in renamed.items():

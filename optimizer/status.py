@@ -30,11 +30,7 @@ def collect_status(config: ExperimentConfig) -> dict[str, Any]:
     }
     storage = config.optuna_storage
     studies = set()
-    if (
-        not storage.startswith("sqlite:///")
-        or (config.state_dir / "optuna.db").exists()
-        or not storage.endswith("optuna.db")
-    ):
+    if config.search.storage or (config.state_dir / "optuna.db").exists():
         try:
             studies = {s.study_name for s in optuna.get_all_study_summaries(storage)}
         except Exception:  # noqa: BLE001 - an empty or missing store reads as no studies
@@ -48,6 +44,10 @@ def collect_status(config: ExperimentConfig) -> dict[str, Any]:
         "winners": 0,
     }
     consistent = True
+    from optimizer.worker import remote_candidate_ids, worker_rows, workers_study
+
+    shared = workers_study(config.name) in studies  # workers' branches are on the remote
+    remote_ids = remote_candidate_ids(ws, config.vcs.push) if shared and config.vcs.push else None
     for entry in config.targets:
         name = entry.spec.name
         study_name = f"{config.name}/{name}"
@@ -88,7 +88,8 @@ def collect_status(config: ExperimentConfig) -> dict[str, Any]:
                 b = min(valid, key=lambda tr: sign * tr.values[0])
                 t["best"] = {"candidate": b.user_attrs.get("candidate"), "value": b.values[0]}
             t["winner"] = study.user_attrs.get("winner")
-        branch_ids = set(ws.candidate_ids(name))
+        branch_ids = set(ws.candidate_ids(name) if remote_ids is None
+                         else remote_ids.get(name, ()))
         run_ids = runs.get(name, set())
         t["branches"], t["mlflow_runs"] = len(branch_ids), len(run_ids)
         t["consistent"] = with_code <= branch_ids and cand_ids == run_ids and branch_ids <= cand_ids
@@ -99,17 +100,16 @@ def collect_status(config: ExperimentConfig) -> dict[str, Any]:
         totals["winners"] += 1 if t["winner"] else 0
     out["totals"] = totals
     out["consistent"] = consistent
+    out["workers"] = worker_rows(config) if shared else []
     out["pull_branches"] = [b for b in ws.branches(config.name) if "/pr/" in b]
+    if remote_ids is not None:
+        out["pull_branches"] = sorted(remote_ids.get("/pr/", ()))
     return out
 
 
 def _mlflow_candidates(config: ExperimentConfig) -> dict[str, set[str]]:
     """Candidate ids with a child run, per target, over every night of the experiment."""
-    if (
-        config.tracking_uri.startswith("sqlite:///")
-        and not (config.state_dir / "mlflow.db").exists()
-        and config.tracking_uri.endswith("mlflow.db")
-    ):
+    if not config.tracking.uri and not (config.state_dir / "mlflow.db").exists():
         return {}
     import logging
 
@@ -154,6 +154,15 @@ def format_status(data: dict[str, Any]) -> str:
             f"{t['branches']:>8} {t['mlflow_runs']:>5} {t['states'].get('VALID', 0):>5}"
             f"  {best}{win}"
         )
+    if data.get("workers"):
+        lines.append(f"{'worker':<34} {'state':<6} {'heartbeat':>9}  night / phase / holds")
+    for w in data.get("workers", []):
+        state = "alive" if w["alive"] else ("done" if w.get("phase") == "done" else "lost")
+        holds = ", ".join(w.get("holds") or []) or "-"
+        lines.append(
+            f"{w['worker']:<34} {state:<6} {w['heartbeat_age_s']:>7.1f} s  {w.get('night')} / "
+            f"{w.get('phase')} {w.get('target') or ''} / {holds} ({w.get('candidates', 0)} "
+            "candidates)")
     lines.append(
         "stores agree"
         if data["consistent"]

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+import tempfile
 import textwrap
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -165,3 +170,71 @@ def free_port() -> int:
 def wait_healthy():
     """``wait_healthy(base_url, process, what)``: poll ``/health`` until it answers 200."""
     return _wait_healthy
+
+
+def _pg_bin() -> Path | None:
+    found = shutil.which("initdb")
+    if found:
+        return Path(found).parent
+    for root in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
+        if (root / "initdb").exists():
+            return root
+    return None
+
+
+@pytest.fixture(scope="module")
+def postgres_url() -> Iterator[str]:
+    if os.environ.get("OPTIMIZER_TEST_POSTGRES_URL"):
+        yield os.environ["OPTIMIZER_TEST_POSTGRES_URL"]
+        return
+    pytest.importorskip("psycopg2", reason="psycopg2 is needed for PostgreSQL storage")
+    bindir = _pg_bin()
+    if bindir is None:
+        pytest.skip("no PostgreSQL server binaries here (apt-get install postgresql)")
+    # pytest's temp root is private to root; the server runs as `postgres`
+    parent = Path(tempfile.mkdtemp(prefix="optimizer-pg-"))
+    data = parent / "data"
+    as_root = os.geteuid() == 0
+    if as_root:
+        import pwd
+
+        os.chown(parent, pwd.getpwnam("postgres").pw_uid, -1)
+
+    def sh(*cmd: str) -> None:
+        full = ["su", "postgres", "-c", " ".join(cmd)] if as_root else list(cmd)
+        subprocess.run(full, check=True, capture_output=True, timeout=120)
+
+    port = _free_port()
+    sh(str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres")
+    sh(
+        str(bindir / "pg_ctl"),
+        "-D",
+        str(data),
+        "-w",
+        "-l",
+        str(data.parent / "log"),
+        "-o",
+        f"'-p {port} -k {data.parent} -c listen_addresses=127.0.0.1'",
+        "start",
+    )
+    try:
+        deadline = time.monotonic() + 30
+        import psycopg2
+
+        while True:
+            try:
+                conn = psycopg2.connect(
+                    host="127.0.0.1", port=port, user="postgres", dbname="postgres"
+                )
+                break
+            except psycopg2.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+        conn.autocommit = True
+        conn.cursor().execute("CREATE DATABASE optuna_test")
+        conn.close()
+        yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/optuna_test"
+    finally:
+        sh(str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop")
+        shutil.rmtree(parent, ignore_errors=True)

@@ -1,0 +1,680 @@
+"""``optimizer worker``: any number of workers, on any machines, share one night.
+
+Every worker runs the loop of :mod:`optimizer.loop` (the concurrent search, with its slots
+and proposals in flight) in its own clone of the repository, against shared stores:
+Optuna's RDB storage (PostgreSQL for several machines), an MLflow tracking server and a
+git remote. Optuna's storage is the only shared state; there is no scheduler or queue:
+
+- A program is claimed before it is evaluated, and a candidate id with it, in one
+  transaction of inserts into Optuna's ``study_system_attributes`` table, whose unique key
+  makes them atomic (:mod:`optimizer.claims`). Of two workers that propose the same
+  content, one evaluates it; the other records a duplicate of its candidate.
+- Each trial a worker holds has an Optuna heartbeat (``RDBStorage(heartbeat_interval,
+  grace_period)``), beaten from a thread of its own. A trial whose heartbeat is older than
+  the grace period is stale (the storage's ``_get_stale_trial_ids``, the query that
+  ``optuna.storages.fail_stale_trials`` runs); the one worker that claims ``lost:<trial>``
+  records it FAILED ("worker lost") in all three stores, the branch on the remote and a
+  run of its own included, then turns it FAILED in Optuna, and evaluates the program
+  again as a new candidate ("re-run of cNNNN"). The record is written while the trial is
+  still RUNNING (Optuna refuses attributes of a finished trial), and the tell makes it
+  final: a worker that was only slow finds its trial finished and its result unused.
+- Before each parent is chosen the archive takes in the trials other workers finished
+  (Optuna's cached storage reads only trials newer than the ones it has, plus the ones it
+  saw unfinished); the programs come from the claims (``trial:<number>``), not from git.
+- Candidate branches are pushed to the remote as each is recorded. When a target's search
+  is over everywhere (no worker searching it, no trial RUNNING), the one worker that claims
+  ``winners:<night>`` selects, reduces, confirms and publishes its winner.
+- A worker's record (host, pid, start, last heartbeat, what it holds) is a study system
+  attribute of ``<experiment>:workers``, written by that worker; ``optimizer status``
+  shows it. Nights are rows there too (``night:<n>``, claimed in sequence).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+import warnings
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from optimizer import search
+from optimizer.accounting import Ledger, Prices
+from optimizer.archive import Archive
+from optimizer.budget import Budget, StopOnSigint
+from optimizer.claims import Claims
+from optimizer.config import ExperimentConfig
+from optimizer.errors import ConfigError, OptimizerError, WorkspaceError
+from optimizer.night import Run, RunSummary, Writer, night_metrics
+from optimizer.records import (
+    WORKER_LOST,
+    ArchiveEntry,
+    Candidate,
+    CandidateRecord,
+    CandidateState,
+    EvalResult,
+    Proposal,
+    candidate_number,
+)
+from optimizer.slots import Slot
+from optimizer.targets import TargetSpec
+from optimizer.tracking import Tracker
+from optimizer.vcs import BRANCH_ROOT, Workspace
+
+log = logging.getLogger("optimizer.worker")
+# Optuna warns that heartbeats are meant for Study.optimize: here a thread beats them
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+_FINISHED = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+REFRESH_S = 0.1  # the archive takes in other workers' trials at most this often
+
+
+def workers_study(experiment: str) -> str:
+    """The study that holds an experiment's nights and workers (no target's: no '/')."""
+    return f"{experiment}:workers"
+
+
+# -- settings ------------------------------------------------------------------------------
+
+
+def check_shared(config: ExperimentConfig) -> list[str]:
+    """What the workers share, checked before anything is written; returns warnings."""
+    notes = []
+    if not config.search.storage:
+        raise ConfigError(
+            "`optimizer worker` shares the night through Optuna's storage, and none is set "
+            "(the default is this checkout's own .optimizer/optuna.db). For workers on several "
+            'machines set [search] storage = "postgresql+psycopg2://user@host/db" or pass '
+            "--storage URL; for workers on this machine only, one sqlite file they all name "
+            "(--storage sqlite:////abs/path/optuna.db)", key="search.storage")
+    if not config.tracking.uri:
+        raise ConfigError(
+            "`optimizer worker` records runs in a tracking store the workers share, and none "
+            'is set. For several machines set [tracking] uri = "http://host:5000" (an '
+            "`mlflow server`) or pass --tracking-uri URI; for this machine only, "
+            "sqlite:////abs/path/mlflow.db", key="tracking.uri")
+    if not config.vcs.push:
+        raise ConfigError(
+            "`optimizer worker` pushes candidate and pull branches to a git remote the "
+            'workers share, and none is set: [vcs] push = "origin" or --remote NAME (each '
+            "worker works in its own clone of the repository)", key="vcs.push")
+    if config.search.storage.startswith("sqlite:"):
+        notes.append("the Optuna storage is a sqlite file: workers on this machine only "
+                     "(use PostgreSQL for several machines)")
+    elif config.search.storage.startswith("postgresql"):
+        try:
+            import psycopg2  # noqa: F401
+        except ImportError:
+            raise ConfigError(
+                "a postgresql:// storage needs psycopg2: pip install "
+                "'inference-optimizer[postgres]'", key="search.storage") from None
+    if not config.tracking.uri.startswith(("http://", "https://")):
+        notes.append("the tracking store is not a server: workers on this machine only")
+    return notes
+
+
+# -- the stores ----------------------------------------------------------------------------
+
+
+class SharedStorage(optuna.storages.RDBStorage):
+    """Optuna's RDB storage with heartbeats: every trial created here gets one at once
+    (Optuna never finds a trial without one stale) and is held until it is finished;
+    :class:`Heartbeat` beats the held ones."""
+
+    def __init__(self, url: str, heartbeat_s: int, grace_s: int):
+        if url.startswith("sqlite:///"):
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        super().__init__(url, heartbeat_interval=heartbeat_s, grace_period=grace_s)
+        self.held: dict[int, str] = {}  # trial id -> what it is, for the worker's record
+        self._held_lock = threading.Lock()
+
+    def _create_new_trial(self, study_id: int, template_trial: Any = None) -> Any:
+        frozen = super()._create_new_trial(study_id, template_trial)
+        self.record_heartbeat(frozen._trial_id)
+        with self._held_lock:
+            self.held[frozen._trial_id] = f"trial {frozen.number}"
+        return frozen
+
+    def set_trial_state_values(self, trial_id: int, state: TrialState,
+                               values: Any = None) -> bool:
+        done = super().set_trial_state_values(trial_id, state, values)
+        if state.is_finished():
+            with self._held_lock:
+                self.held.pop(trial_id, None)
+        return done
+
+    def label(self, trial_id: int, text: str) -> None:
+        with self._held_lock:
+            if trial_id in self.held:
+                self.held[trial_id] = text
+
+    def holding(self) -> dict[int, str]:
+        with self._held_lock:
+            return dict(self.held)
+
+
+class SharedWorkspace(Workspace):
+    """The worker's clone: a candidate's branch goes to the remote as it is recorded."""
+
+    def __init__(self, *args: Any, remote: str, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.remote = remote
+
+    def annotate(self, target: str, cid: str, message: str) -> str:
+        sha = super().annotate(target, cid, message)
+        self.push(self.remote, [self.candidate_branch(target, cid)])
+        return sha
+
+    def fetch_experiment(self) -> None:
+        """Candidate branches of earlier nights, for the programs of their candidates."""
+        refs = f"refs/heads/{BRANCH_ROOT}/{self.experiment}/*"
+        try:
+            self._git("fetch", "--quiet", self.remote, f"+{refs}:{refs}")
+        except Exception as exc:  # noqa: BLE001 - named in the error
+            raise WorkspaceError(
+                f"cannot fetch from the git remote {self.remote!r}: {exc}; check "
+                "`git remote -v` in this clone and that the remote is reachable") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Night:
+    name: str
+    number: int
+    start: float  # epoch seconds
+    end: float
+    minutes: float
+    parent_run_id: str
+    base_commit: str
+
+
+def open_night(config: ExperimentConfig, storage: SharedStorage, claims: Claims,
+               tracker: Tracker, wsid: int, base_commit: str, wid: str) -> Night:
+    """The experiment's open night (or the one ``[worker] night`` names), else a new one:
+    the first worker to claim ``night:<n>`` starts it, with its MLflow parent run."""
+    wanted = config.worker.night
+    for _ in range(10):
+        rows = sorted(((int(k.split(":", 1)[1]), v) for k, v in
+                       claims.prefixed(wsid, "night:").items()), key=lambda kv: kv[0])
+        now = time.time()
+        found = [(n, v) for n, v in rows if v["name"] == wanted] if wanted else rows[-1:]
+        if found and (found[-1][1]["end"] > now or wanted):
+            n, v = found[-1]
+            if v["end"] <= now:
+                raise OptimizerError(
+                    f"night {wanted!r} of experiment '{config.name}' is over; start a new "
+                    "night (another --night name, or none)")
+            if v["base_commit"] != base_commit:
+                raise WorkspaceError(
+                    f"this clone's base commit {base_commit[:12]} is not the night's "
+                    f"{v['base_commit'][:12]}: check out the commit the other workers use")
+            return Night(v["name"], n, v["start"], v["end"], v["minutes"],
+                         v["parent_run_id"], v["base_commit"])
+        number = rows[-1][0] + 1 if rows else 1
+        name = wanted or time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
+        if any(v["name"] == name for _, v in rows):
+            name = f"{name}-{number}"
+        params = {"experiment_file": str(config.file), "seed": config.seed,
+                  "proposer": config.proposer.kind, "budget_minutes": config.budget.minutes,
+                  "targets": ",".join(t.spec.name for t in config.targets), "workers": "shared"}
+        run_id = tracker.start_night(name, params, {"optimizer.experiment": config.name})
+        value: dict[str, Any] = {
+            "name": name, "start": now, "end": now + config.budget.minutes * 60,
+            "minutes": config.budget.minutes, "parent_run_id": run_id,
+            "base_commit": base_commit, "started_by": wid}
+        if claims.take(wsid, f"night:{number}", value):
+            return Night(name, number, value["start"], value["end"], value["minutes"], run_id,
+                         base_commit)
+        tracker.client.delete_run(run_id)  # another worker started the night first
+    raise OptimizerError("could not open or join a night (ten claims lost in a row)")
+
+
+# -- the hooks the loop calls ----------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _TargetState:
+    study: optuna.Study
+    study_id: int
+    target: TargetSpec
+    archive: Archive
+    seen: set[int] = dataclasses.field(default_factory=set)  # trial numbers taken in
+    mine: set[int] = dataclasses.field(default_factory=set)  # trials this worker asked
+    next_number: int = 2
+    checked: float = 0.0  # when stale trials were last looked for (monotonic)
+    refreshed: float = 0.0
+    reruns: list[Proposal] = dataclasses.field(default_factory=list)
+
+
+class Shared:
+    """What the loop calls where workers share a night (``Run.shared``)."""
+
+    def __init__(self, storage: SharedStorage, claims: Claims, night: Night, wid: str,
+                 wsid: int, heartbeat_s: int, grace_s: int):
+        self.storage = storage
+        self.claims = claims
+        self.night = night
+        self.wid = wid
+        self.wsid = wsid
+        self.heartbeat_s = heartbeat_s
+        self.grace_s = grace_s
+        self.targets: dict[str, _TargetState] = {}
+        self._rerun_of: dict[int, tuple[Proposal, str]] = {}  # id(proposal) -> it, lost id
+        self.record: dict[str, Any] = {
+            "host": socket.gethostname(), "pid": os.getpid(), "started": time.time(),
+            "heartbeat": time.time(), "night": night.name, "target": "", "phase": "starting",
+            "holds": [], "candidates": 0}
+        self._record_lock = threading.Lock()
+
+    # the worker's record
+
+    def write_record(self, **changes: Any) -> None:
+        with self._record_lock:  # one upsert at a time: the heartbeat's and the loop's
+            self.record.update(changes, heartbeat=time.time(),
+                               holds=sorted(self.storage.holding().values()))
+            self.storage.set_study_system_attr(self.wsid, f"worker:{self.wid}",
+                                               dict(self.record))
+
+    def workers(self) -> dict[str, dict[str, Any]]:
+        rows = self.claims.prefixed(self.wsid, "worker:")
+        return {k.split(":", 1)[1]: v for k, v in rows.items()}
+
+    # a target opens
+
+    def open_target(self, r: Run, study: optuna.Study, target: TargetSpec, archive: Archive,
+                    outputs: Callable[[str, EvalResult, Path], None]) -> None:
+        from optimizer.recording import finish_pending
+        from optimizer.resume import _drop_leftover_worktrees
+
+        search.SHARED_STUDIES.add(study)
+        t = _TargetState(study, study._study_id, target, archive)
+        self.targets[target.name] = t
+        self.write_record(target=target.name, phase="searching")
+        for cid in finish_pending(r, study, target, outputs):  # this clone's, left by a kill
+            r.say(f"[{target.name}] {cid}: its MLflow run finished from the pending record")
+        _drop_leftover_worktrees(r, target)
+        self._recover(r, t, force=True)
+        self._refresh(r, t)
+        if archive.entries:
+            r.say(f"[{target.name}] {len(archive.entries)} candidate(s) in the study so far")
+
+    # before each parent is chosen
+
+    def next_job(self, r: Run, lane: Any) -> Proposal | None:
+        t = self.targets[lane.target.name]
+        self._recover(r, t)
+        if t.reruns:
+            return t.reruns.pop(0)
+        if time.monotonic() - t.refreshed >= REFRESH_S:
+            self._refresh(r, t, lane.names)
+        return None
+
+    # as a candidate is admitted
+
+    def claim(self, lane: Any, proposal: Proposal, trial: Any, digest: str,
+              files: dict[str, str], values: dict[str, Any], structure: str,
+              known: str | None) -> tuple[str | None, str]:
+        """(the candidate that has this content, "") or (None, the id of a new one)."""
+        t = self.targets[lane.target.name]
+        rerun = self._rerun_of.pop(id(proposal), None)
+        if rerun is None and known is not None:
+            return known, ""
+        payload = {"files": dict(files), "knobs": dict(values), "parent": proposal.parent_id,
+                   "proposer": proposal.proposer, "summary": proposal.summary[:500],
+                   "structure": structure, "worker": self.wid, "night": self.night.name}
+        won, cid = self.claims.candidate(
+            t.study_id, digest=digest, trial=trial.number, first_id=self._first(t),
+            payload=payload, seed=proposal.proposer == "seed" and rerun is None,
+            rerun=rerun is not None)
+        if not won:
+            if not cid:
+                raise OptimizerError(f"content claim of {digest[:12]} names no candidate")
+            t.archive.pending.setdefault(digest, cid)  # until its record arrives
+            return cid, ""
+        self._taken(t, trial, cid)
+        return None, cid
+
+    def claim_id(self, lane: Any, proposal: Proposal, trial: Any) -> str:
+        """A candidate id for a rejected proposal (no content to claim)."""
+        t = self.targets[lane.target.name]
+        payload: dict[str, Any] = {"files": {}, "knobs": {}, "parent": proposal.parent_id,
+                   "proposer": proposal.proposer, "summary": proposal.summary[:500],
+                   "structure": "rejected", "worker": self.wid, "night": self.night.name}
+        _, cid = self.claims.candidate(t.study_id, digest="", trial=trial.number,
+                                       first_id=self._first(t), payload=payload)
+        self._taken(t, trial, cid)
+        return cid
+
+    def _first(self, t: _TargetState) -> int:
+        return max(candidate_number(t.archive.next_id()), t.next_number)
+
+    def _taken(self, t: _TargetState, trial: Any, cid: str) -> None:
+        t.next_number = max(t.next_number, candidate_number(cid) + 1)
+        t.mine.add(trial.number)
+        self.storage.label(trial._trial_id, f"{t.target.name}/{cid} (trial {trial.number})")
+        with self._record_lock:
+            self.record["candidates"] += 1
+
+    # the others' candidates
+
+    def _refresh(self, r: Run, t: _TargetState, names: search.ParamNames | None = None) -> None:
+        t.refreshed = time.monotonic()
+        new = [tr for tr in t.study.get_trials(deepcopy=False, states=_FINISHED)
+               if tr.number not in t.seen]
+        if not new:
+            return
+        records = []
+        for tr in new:
+            t.seen.add(tr.number)
+            if names is not None:
+                for param, dist in tr.distributions.items():
+                    names.known.setdefault(param, dist)
+            rec = CandidateRecord.from_trial(tr)
+            if rec.candidate and rec.state.finished and tr.number not in t.mine:
+                records.append((rec, tr))
+        if not records:
+            return
+        payloads = self.claims.read(t.study_id, [f"trial:{tr.number}" for _, tr in records])
+        branches: set[str] | None = None
+        records.sort(key=lambda pair: candidate_number(pair[0].candidate))
+        for rec, tr in records:
+            cid, target = rec.candidate, t.target
+            files = dict(payloads.get(f"trial:{tr.number}", {}).get("files") or {})
+            if not files and rec.state is CandidateState.VALID:  # a night of `optimizer run`
+                branches = branches if branches is not None else set(
+                    r.ws.candidate_ids(target.name))
+                if cid in branches:
+                    files = r.ws.read_files(target.name, cid, target.rel_path, target.editable)
+            entry = ArchiveEntry(
+                id=cid, parent_id=rec.parent, files=files, knobs=dict(tr.params),
+                state=rec.state, reason=rec.reason, metrics=dict(rec.metrics),
+                objectives=tuple(rec.objectives), summary=rec.summary, proposer=rec.proposer)
+            lost = rec.reason == WORKER_LOST
+            for digest in [d for d, c in t.archive.pending.items() if c == cid]:
+                del t.archive.pending[digest]  # it was another worker's, under evaluation
+            t.archive.add(entry, rec.structure, "" if lost else rec.content_hash)
+            r.proposer.observe(entry)
+
+    # lost workers
+
+    def _recover(self, r: Run, t: _TargetState, force: bool = False) -> None:
+        """Trials whose heartbeat is stale: recorded once, everywhere, and re-run."""
+        if not force and time.monotonic() - t.checked < self.heartbeat_s:
+            return
+        t.checked = time.monotonic()
+        try:
+            stale = self.storage._get_stale_trial_ids(t.study_id)
+        except optuna.exceptions.StorageInternalError as exc:  # a busy store: next time
+            log.warning("looking for stale trials failed: %s", exc)
+            return
+        for trial_id in stale:
+            frozen = self.storage.get_trial(trial_id)
+            if frozen.state is not TrialState.RUNNING or trial_id in self.storage.holding():
+                continue
+            if self.claims.take(t.study_id, f"lost:{frozen.number}",
+                                {"by": self.wid, "at": time.time()}):
+                try:
+                    self._record_lost(r, t, frozen)
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    r.say(f"[{t.target.name}] trial {frozen.number} finished meanwhile: its "
+                          "worker was only slow")
+
+    def _record_lost(self, r: Run, t: _TargetState, frozen: Any) -> None:
+        from optimizer.recording import running_message, save, write_attrs
+
+        target, study = t.target, t.study
+        live = search.live_trial(study, frozen.number)
+        rec = CandidateRecord.from_trial(frozen)
+        if rec.complete:  # recorded; only the tell was lost
+            if rec.state is CandidateState.VALID and rec.objectives:
+                study.tell(live, list(rec.objectives))
+            else:
+                study.tell(live, state=TrialState.FAIL)
+            return
+        key = f"trial:{frozen.number}"
+        payload: dict[str, Any] = self.claims.read(t.study_id, [key]).get(key) or {}
+        cid = rec.candidate or str(payload.get("candidate", ""))
+        if not cid:  # lost before it named a candidate: nothing was evaluated
+            write_attrs(live, dataclasses.replace(rec, state=CandidateState.FAILED,
+                                                  reason=WORKER_LOST))
+            study.tell(live, state=TrialState.FAIL)
+            return
+        files = dict(payload.get("files") or {})
+        knob_values = dict(payload.get("knobs") or {})
+        cand = Candidate(cid, target.name, payload.get("parent", rec.parent),
+                         str(payload.get("proposer", rec.proposer)), files, knob_values,
+                         str(payload.get("content_hash", rec.content_hash)),
+                         str(payload.get("summary", rec.summary)),
+                         str(payload.get("structure", rec.structure)))
+        record = CandidateRecord.of(cand)
+        if files:  # the branch, on the remote too (annotate pushes it)
+            r.ws.create_candidate(target.rel_path, target.name, cid, files,
+                                  running_message(target, cand))
+            record = dataclasses.replace(record, branch=r.ws.candidate_branch(target.name, cid))
+        r.tracker.drop_candidate_runs(target.name, cid)  # its worker's run, if it began one
+        result = EvalResult(CandidateState.FAILED, WORKER_LOST, "worker lost")
+        save(r, target, study, live, record, cand, result,
+             cleanup=(lambda: r.ws.remove_worktree(target.name, cid)) if files else None)
+        r.say(f"[{target.name}] {cid} FAILED: {WORKER_LOST}")
+        if files:
+            rerun = Proposal(cand.proposer, cand.parent_id, files,
+                             f"re-run of {cid} (worker lost): {cand.summary}"[:500],
+                             fixed_knobs=knob_values)
+            self._rerun_of[id(rerun)] = (rerun, cid)
+            t.reruns.append(rerun)
+
+    # the end of a target's search
+
+    def winners_turn(self, r: Run, lane: Any, sandbox: Any, slot: Slot) -> bool:
+        """Wait until the target's search is over everywhere (re-running lost candidates
+        meanwhile); True for the one worker that then claims its winner."""
+        from optimizer.loop import _candidate
+
+        t = self.targets[lane.target.name]
+        key = f"winners:{self.night.name}"
+        self.write_record(phase="finishing")
+        while True:
+            if r.budget.stop.is_set():
+                return False
+            self._recover(r, t)
+            if t.reruns:
+                _candidate(r, lane, sandbox, slot, t.reruns.pop(0))
+                continue
+            if self.claims.read(t.study_id, [key]):
+                return False  # another worker selects it
+            if self._search_over(t):
+                break
+            time.sleep(min(1.0, self.heartbeat_s / 2))
+        r.writer.flush()
+        if not self.claims.take(t.study_id, key, {"by": self.wid, "at": time.time()}):
+            return False
+        self._refresh(r, t, lane.names)
+        self.write_record(phase="selecting the winner")
+        r.say(f"[{t.target.name}] this worker selects the night's winner")
+        return True
+
+    def _search_over(self, t: _TargetState) -> bool:
+        if self.storage.get_all_trials(t.study_id, deepcopy=False, states=(TrialState.RUNNING,)):
+            return False
+        now = time.time()
+        for wid, rec in self.workers().items():
+            if (wid != self.wid and rec.get("night") == self.night.name
+                    and rec.get("target") == t.target.name and rec.get("phase") == "searching"
+                    and now - float(rec.get("heartbeat", 0)) < self.grace_s):
+                return False
+        return True
+
+
+class Heartbeat:
+    """A thread that beats every held trial's Optuna heartbeat and the worker's record."""
+
+    def __init__(self, shared: Shared):
+        self.shared = shared
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.shared.heartbeat_s):
+            try:
+                for trial_id in self.shared.storage.holding():
+                    self.shared.storage.record_heartbeat(trial_id)
+                self.shared.write_record()
+            except Exception as exc:  # noqa: BLE001 - the next beat tries again
+                log.warning("heartbeat failed: %s", exc)
+
+
+# -- the night of one worker -----------------------------------------------------------------
+
+
+def work(config: ExperimentConfig, *, proposer: Any = None,
+         say: Callable[[str], None] = print) -> RunSummary:
+    """Join (or start) the experiment's night and work on it until its time is up."""
+    from optimizer.loop import optimize_target
+    from optimizer.stores import enable_fast_sqlite
+
+    for note in check_shared(config):
+        say(f"note: {note}")
+    enable_fast_sqlite()
+    for sub in ("reports", "logs", "cache", "worktrees"):
+        (config.state_dir / sub).mkdir(parents=True, exist_ok=True)
+    ws = SharedWorkspace(config.workspace, experiment=config.name, state_dir=config.state_dir,
+                         base=config.base, remote=config.vcs.push)
+    try:
+        ws.fetch_experiment()
+        try:
+            storage = SharedStorage(config.search.storage, config.worker.heartbeat_s,
+                                    config.worker.grace)
+        except Exception as exc:  # noqa: BLE001 - any driver's error, named
+            raise ConfigError(f"cannot open the Optuna storage: {exc}",
+                              key="search.storage") from None
+        claims = Claims(storage)
+        wsid = optuna.create_study(storage=storage, study_name=workers_study(config.name),
+                                   load_if_exists=True)._study_id
+        tracker = _tracker(config)
+        wid = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        night = open_night(config, storage, claims, tracker, wsid, ws.base_commit, wid)
+        # each worker samples and proposes from a seed of its own (the same seed everywhere
+        # would propose the same programs everywhere: duplicates)
+        config = dataclasses.replace(config, seed=zlib.crc32(f"{config.seed}/{wid}".encode()))
+        return _work(config, ws, storage, claims, tracker, night, wid, wsid, proposer, say,
+                     optimize_target)
+    finally:
+        ws.close()
+
+
+def _tracker(config: ExperimentConfig) -> Tracker:
+    """The tracker; workers that start at once on one sqlite file may race MLflow's schema
+    migration (a "duplicate column" error): the next try finds the schema made."""
+    for attempt in range(5):
+        try:
+            return Tracker(config.tracking_uri, config.name, config.state_dir / "mlartifacts")
+        except Exception:
+            if attempt == 4 or not config.tracking_uri.startswith("sqlite:"):
+                raise
+            time.sleep(1.0 + attempt)
+    raise AssertionError("unreachable")
+
+
+def _work(config: ExperimentConfig, ws: SharedWorkspace, storage: SharedStorage, claims: Claims,
+          tracker: Tracker, night: Night, wid: str, wsid: int, proposer: Any,
+          say: Callable[[str], None], optimize_target: Any) -> RunSummary:
+    from optimizer.proposers import make_proposer
+
+    pointer = config.state_dir / "logs" / f"{config.name}.night.json"
+    pointer.write_text(json.dumps({"night": night.name, "parent_run_id": night.parent_run_id}))
+    summary = RunSummary(config.name, night.name, night.parent_run_id)
+    budget = Budget(max(0.0, night.end - time.time()) / 60, config.budget.max_candidates,
+                    config.budget.usd)
+    the_proposer = proposer or make_proposer(config, f"{night.name}-{wid}")
+    ledger = Ledger(getattr(getattr(the_proposer, "settings", None), "prices", None) or Prices())
+    writer = Writer()
+    shared = Shared(storage, claims, night, wid, wsid, config.worker.heartbeat_s,
+                    config.worker.grace)
+    r = Run(config, ws, tracker, the_proposer, budget, ledger, summary, say, writer, shared)
+    shared.write_record(phase="starting")
+    say(f"worker {wid} on night {night.name} of experiment '{config.name}': "
+        f"{len(config.targets)} target(s), {budget.minutes:.1f} min left, "
+        f"proposer {the_proposer.name}")
+    try:
+        with Heartbeat(shared), StopOnSigint(budget):
+            total = sum(t.share for t in config.targets)
+            done = 0.0
+            for entry in config.targets:  # the same slices on every worker
+                done += entry.share
+                end = night.start + night.minutes * 60 * done / total
+                if time.time() >= end:
+                    continue
+                deadline = time.monotonic() + end - time.time()
+                summary.targets.append(optimize_target(r, entry, deadline))
+                if budget.stop.is_set() or summary.stop_reason:
+                    break
+            summary.stop_reason = summary.stop_reason or budget.exhausted() or "all targets done"
+            writer.flush()
+    finally:
+        writer.close()
+        the_proposer.close()
+        metrics = night_metrics(summary, ledger)
+        tracker.log_night_metrics(night.parent_run_id,
+                                  {f"worker.{wid}.{k}": v for k, v in metrics.items()})
+        shared.write_record(phase="done", target="")
+        alive = [w for k, w in shared.workers().items() if k != wid
+                 and w.get("night") == night.name and w.get("phase") != "done"
+                 and time.time() - float(w.get("heartbeat", 0)) < shared.grace_s]
+        if not alive:  # the last worker of the night ends its parent run
+            tracker.end_night(night.parent_run_id,
+                              "KILLED" if budget.stop.is_set() else "FINISHED")
+        (config.state_dir / "reports" / f"{config.name}-{night.name}-{wid}.json").write_text(
+            json.dumps(summary.to_json(), indent=2))
+    return summary
+
+
+def remote_candidate_ids(ws: Workspace, remote: str) -> dict[str, set[str]]:
+    """Candidate ids with a branch on ``remote``, per target; pull branches under "/pr/"."""
+    out: dict[str, set[str]] = {}
+    listing = ws._git("ls-remote", "--heads", remote, f"refs/heads/{BRANCH_ROOT}/*")
+    for line in listing.splitlines():
+        ref = line.split("\t", 1)[-1].removeprefix("refs/heads/")
+        parts = ref.split("/")
+        if len(parts) == 4 and parts[:2] == [BRANCH_ROOT, ws.experiment]:
+            out.setdefault(parts[2], set()).add(parts[3])
+        elif len(parts) == 4 and parts[1] == "pr" and parts[2] == ws.experiment:
+            out.setdefault("/pr/", set()).add(ref)
+    return out
+
+
+def worker_rows(config: ExperimentConfig) -> list[dict[str, Any]]:
+    """The workers' records of the experiment (for ``optimizer status``), newest first."""
+    storage = optuna.storages.RDBStorage(config.optuna_storage, skip_table_creation=True)
+    try:
+        study_id = storage.get_study_id_from_name(workers_study(config.name))
+    except KeyError:
+        return []
+    rows = []
+    grace = config.worker.grace
+    for key, value in Claims(storage).prefixed(study_id, "worker:").items():
+        age = time.time() - float(value.get("heartbeat", 0))
+        alive = value.get("phase") != "done" and age < grace
+        rows.append({"worker": key.split(":", 1)[1], **value, "heartbeat_age_s": round(age, 1),
+                     "alive": alive})
+    nights = Claims(storage).prefixed(study_id, "night:")
+    for row in rows:
+        row["night_end"] = next((v["end"] for v in nights.values()
+                                 if v["name"] == row.get("night")), None)
+    rows.sort(key=lambda row: -float(row.get("started", 0)))
+    return rows
