@@ -624,7 +624,7 @@ def _record_rejected(
     """A proposal without usable code: a REJECTED candidate with a trial and a run, no branch."""
     target, study, archive, out = lane.target, lane.study, lane.archive, lane.out
     ahead, lane.ahead = lane.ahead, None
-    trial = ahead.take() if ahead is not None else study.ask()
+    trial = ahead.take(sampled=False) if ahead is not None else study.ask()
     result = EvalResult(CandidateState.REJECTED, str(proposal.rejected), "proposal")
     cand = Candidate(
         SEED_ID if proposal.proposer == "seed" else archive.next_id(),

@@ -8,6 +8,7 @@ parameter ``NAME@<structure>`` instead (Optuna cannot change a categorical's cho
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import warnings
@@ -142,7 +143,8 @@ def ask(
             study.enqueue_trial(pinned)
         trial = study.ask(renamed)
     else:
-        trial = ahead.take()
+        # study.ask(dists) samples relatively only when some value is not pinned
+        trial = ahead.take(sampled=bool(set(renamed) - set(pinned)))
         if pinned:  # what an enqueued trial holds: its suggestions return these values
             trial._fixed_params = dict(pinned)
         for name, dist in renamed.items():
@@ -181,11 +183,13 @@ class AskAhead:
         self._done = threading.Event()
         self._trial: optuna.trial.Trial | None = None
         self._error: BaseException | None = None
+        self._sampler: optuna.samplers.BaseSampler | None = None
         threading.Thread(target=self._ask, name="ask-ahead", daemon=True).start()
 
     def _ask(self) -> None:
         try:
             trial = self._study.ask()
+            self._sampler = copy.deepcopy(self._study.sampler)  # its random state before
             trial.relative_params  # noqa: B018 - the sampling itself (lazy in Optuna)
             self._trial = trial
         except BaseException as exc:  # noqa: BLE001 - raised where the trial is taken
@@ -193,11 +197,14 @@ class AskAhead:
         finally:
             self._done.set()
 
-    def take(self) -> optuna.trial.Trial:
+    def take(self, sampled: bool = True) -> optuna.trial.Trial:
+        """The trial; ``sampled=False`` when none of its values will be sampled."""
         self._done.wait()
         if self._error is not None:
             raise self._error
         assert self._trial is not None
+        if not sampled and self._sampler is not None:
+            self._study.sampler = self._sampler
         return self._trial
 
 
