@@ -273,6 +273,11 @@ def _search(r: Run, lane: Lane, sandbox: Sandbox, slot: Slot) -> None:
     """The serial search: one proposal, then its evaluation, until the slice is spent. The
     proposal's trial is asked meanwhile (``search.AskAhead``): nothing else touches the
     study until it is taken, so the trial is the one asking afterwards would give."""
+    with r.writer.held():  # the writer runs while candidates are evaluated (Writer)
+        _search_held(r, lane, sandbox, slot)
+
+
+def _search_held(r: Run, lane: Lane, sandbox: Sandbox, slot: Slot) -> None:
     while (job := _next_job(r, lane)) is not None and job is not _WAIT:
         lane.ahead = search.AskAhead(lane.study)
         proposal = job if isinstance(job, Proposal) else _propose(r, lane, job)
@@ -489,13 +494,16 @@ class _Admitted:
 
 def _candidate(r: Run, lane: Lane, sandbox: Sandbox, slot: Slot, proposal: Proposal) -> bool:
     """Turn one proposal into an evaluated candidate; False when it was a duplicate."""
-    admitted = _admit(r, lane, proposal)
+    with r.writer.held():  # the writer's jobs run while the candidate is evaluated
+        admitted = _admit(r, lane, proposal)
     if not isinstance(admitted, _Admitted):
         return admitted
-    result, eval_log = evaluate_candidate(
-        r, lane.target, lane.evaluator, sandbox, admitted.cand.id, admitted.cand_dir, slot=slot
-    )
-    _settle(r, lane, admitted, result, eval_log)
+    with r.writer.runs():
+        result, eval_log = evaluate_candidate(
+            r, lane.target, lane.evaluator, sandbox, admitted.cand.id, admitted.cand_dir,
+            slot=slot)
+    with r.writer.held():
+        _settle(r, lane, admitted, result, eval_log)
     return True
 
 

@@ -21,6 +21,7 @@ from optuna.distributions import BaseDistribution, check_distribution_compatibil
 from optuna.trial import TrialState
 
 from optimizer.errors import ConfigError
+from optimizer.study_storage import OneWriterStorage, write_user_attrs
 from optimizer.targets import TargetSpec
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -56,7 +57,7 @@ _STORAGE_OF: weakref.WeakKeyDictionary[optuna.Study, optuna.storages.BaseStorage
 )
 
 
-def storage_for(url: str) -> optuna.storages.BaseStorage:
+def storage_for(url: str) -> optuna.storages.RDBStorage:
     if url.startswith("sqlite:///"):
         from pathlib import Path
 
@@ -75,14 +76,17 @@ def live_trial(study: optuna.Study, number: int) -> optuna.trial.Trial:
 
 
 def open_study(
-    storage: str, experiment: str, target: TargetSpec, sampler: optuna.samplers.BaseSampler
+    storage: str, experiment: str, target: TargetSpec, sampler: optuna.samplers.BaseSampler,
+    one_writer: bool = True,
 ) -> optuna.Study:
+    """The target's study. ``one_writer``: no other process writes it meanwhile (a night;
+    ``optimizer.study_storage``), so its trials are read from the database only once."""
     directions: list[Any] = [o.direction for o in target.objectives]
     name = f"{experiment}/{target.name}"
     rdb = storage_for(storage)
     try:
         study = optuna.create_study(
-            storage=rdb,
+            storage=OneWriterStorage(rdb) if one_writer else rdb,
             study_name=name,
             sampler=sampler,
             directions=directions,
@@ -211,19 +215,18 @@ class AskAhead:
 def set_user_attrs(trial: Any, attrs: Mapping[str, Any]) -> None:
     """Several user attributes of a live trial, in one transaction where the storage is
     Optuna's RDB storage (each ``set_user_attr`` is a commit of its own: 0.6-0.9 ms each
-    on sqlite, 14 of them per candidate); one by one, in their order, elsewhere."""
-    rdb = getattr(trial.storage, "_backend", trial.storage)
-    write = getattr(rdb, "_set_trial_attr_without_commit", None)
-    if not isinstance(rdb, optuna.storages.RDBStorage) or write is None or len(attrs) < 2:
+    on sqlite, 14 of them per candidate; ``study_storage.write_user_attrs``); one by one,
+    in their order, elsewhere."""
+    storage = trial.storage
+    rdb = getattr(storage, "_backend", storage)
+    if not isinstance(rdb, optuna.storages.RDBStorage) or len(attrs) < 2:
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         return
-    from optuna.storages._rdb import models
-    from optuna.storages._rdb.storage import _create_scoped_session
-
-    with _create_scoped_session(rdb.scoped_session, True) as session:
-        for key, value in attrs.items():
-            write(session, models.TrialUserAttributeModel, trial._trial_id, key, value)
+    if isinstance(storage, OneWriterStorage):
+        storage.set_trial_user_attrs(trial._trial_id, attrs)
+    else:
+        write_user_attrs(rdb, trial._trial_id, attrs)
     trial._cached_frozen_trial.user_attrs.update(attrs)
 
 

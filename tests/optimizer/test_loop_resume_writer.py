@@ -19,7 +19,7 @@ from optimizer.config import load_experiment
 from optimizer.loop import run
 from optimizer.status import collect_status
 
-# the night, in a child process, SIGKILLs itself at the writer's KILL_AT-th finish_candidate:
+# the night, in a child process, SIGKILLs itself at the writer's KILL_AT-th candidate run:
 # "before" it wrote anything of the run, or "after" the run is complete but before the
 # pending record is deleted and the folder removed
 CHILD = textwrap.dedent("""
@@ -27,7 +27,7 @@ CHILD = textwrap.dedent("""
     from optimizer import tracking
 
     KILL_AT, WHERE = int(sys.argv[1]), sys.argv[2]
-    plain = tracking.Tracker.finish_candidate
+    plain = tracking.Tracker.finish_candidate_steps  # what the writer runs
     calls = [0]
 
     def finish(self, run_id, **kw):
@@ -35,11 +35,11 @@ CHILD = textwrap.dedent("""
         if calls[0] == KILL_AT and WHERE == "before":
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(0.1)  # a store behind the loop: the writer lags
-        plain(self, run_id, **kw)
+        yield from plain(self, run_id, **kw)
         if calls[0] == KILL_AT:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    tracking.Tracker.finish_candidate = finish
+    tracking.Tracker.finish_candidate_steps = finish
     from optimizer.cli import main
     sys.exit(main(["run", "experiments/toy.toml", "--set", "budget.max_candidates=30",
                    "--set", "stats.minimize_trials=0"]))

@@ -16,6 +16,7 @@ from optuna.distributions import (
 )
 
 from optimizer import search
+from optimizer.study_storage import OneWriterStorage
 
 X = IntDistribution(0, 20)
 Y = FloatDistribution(0.0, 1.0)
@@ -112,3 +113,71 @@ def test_set_user_attrs_refuses_a_finished_trial(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError):
         search.set_user_attrs(trial, {"a": 1, "b": 2})
     assert study.trials[0].user_attrs == {}
+
+
+def _as_stored(t: optuna.trial.FrozenTrial) -> tuple:
+    return (t.number, t.state, t.params, t.distributions, t.user_attrs, t.system_attrs,
+            t.values, t.intermediate_values, t.datetime_start is None,
+            t.datetime_complete is None)
+
+
+def _busy_study(study: optuna.Study) -> None:
+    """Asks, pinned values, attributes, intermediate values, states of every kind."""
+    for i, (dists, fixed) in enumerate(_plan(30)):
+        trial, values = search.ask(study, dists, {k: k for k in dists}, fixed,
+                                   search.AskAhead(study) if i % 2 else None)
+        search.set_user_attrs(trial, {"candidate": f"c{i:04d}", "state": "RUNNING"})
+        trial.set_user_attr("single", i)
+        trial.report(float(i), step=1)
+        if i % 5 == 4:
+            continue  # left RUNNING, as a killed night leaves it
+        search.set_user_attrs(trial, {"state": "VALID", "metrics": {"cost": 1.0 * i}})
+        if i % 6 == 1:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        elif i % 6 == 2:
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            study.tell(trial, _objective(values))
+
+
+def test_one_writer_storage_reads_what_the_database_holds(tmp_path: Path) -> None:
+    """Everything the night reads from the cache is what the database holds (a fresh
+    process reading the file), and the sampler sees what Optuna's own storage shows it."""
+    url = f"sqlite:///{tmp_path / 'own.db'}"
+    rdb = search.storage_for(url)
+    own = optuna.create_study(storage=OneWriterStorage(rdb), study_name="s",
+                              sampler=search.make_sampler("tpe", 7, 4, False))
+    _busy_study(own)
+    plain = _study(tmp_path, "plain")  # Optuna's cached storage, reading back every time
+    _busy_study(plain)
+    fresh = optuna.load_study(study_name="s", storage=url)
+    cached = own.get_trials(deepcopy=False)
+    assert [_as_stored(t) for t in cached] == [_as_stored(t) for t in fresh.trials]
+    assert [_as_stored(t) for t in cached] == [_as_stored(t) for t in plain.trials]
+    for a, b in zip(cached, fresh.trials, strict=True):
+        for when in ("datetime_start", "datetime_complete"):
+            x, y = getattr(a, when), getattr(b, when)
+            assert x is None or abs((x - y).total_seconds()) < 0.001
+    # a second process's night reads it all back and goes on
+    again = optuna.create_study(storage=OneWriterStorage(search.storage_for(url)),
+                                study_name="s", load_if_exists=True,
+                                sampler=search.make_sampler("tpe", 7, 4, False))
+    assert [_as_stored(t) for t in again.trials] == [_as_stored(t) for t in cached]
+    trial = again.ask({"X": X})
+    again.tell(trial, 1.0)
+    assert optuna.load_study(study_name="s", storage=url).trials[-1].params == trial.params
+
+
+def test_one_writer_storage_refuses_what_optuna_refuses(tmp_path: Path) -> None:
+    study = optuna.create_study(
+        storage=OneWriterStorage(search.storage_for(f"sqlite:///{tmp_path / 'r.db'}")),
+        sampler=search.make_sampler("tpe", 7, 4, False))
+    first = study.ask({"X": X})
+    study.tell(first, 1.0)
+    with pytest.raises(ValueError):  # an incompatible distribution for a known name
+        study.ask({"X": CategoricalDistribution(["a", "b"])})
+    done = study.trials[0]
+    with pytest.raises(RuntimeError):
+        study._storage.set_trial_param(done._trial_id, "X", 3.0, X)
+    with pytest.raises(RuntimeError):
+        search.set_user_attrs(optuna.trial.Trial(study, done._trial_id), {"a": 1, "b": 2})
