@@ -658,7 +658,8 @@ def _record_rejected(
 
 def _record_duplicate(study: optuna.Study, trial: Any, archive: Archive, of: str) -> None:
     """Not evaluated: no candidate id, branch or run; the sampler learns the known value."""
-    write_attrs(trial, CandidateRecord(state=CandidateState.DUPLICATE, duplicate_of=of))
+    write_attrs(trial, CandidateRecord(state=CandidateState.DUPLICATE, duplicate_of=of),
+                before_tell=True)
     original = None if of in archive.pending.values() else archive.get(of)  # under evaluation
     if original is not None and original.state is CandidateState.VALID and original.objectives:
         study.tell(trial, list(original.objectives))

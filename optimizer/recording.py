@@ -89,7 +89,7 @@ def save(
         "result": result.to_json(), "io_dir": str(io_dir or ""), **texts,
     }))
     with hold("optuna"):
-        write_attrs(trial, final)
+        write_attrs(trial, final, before_tell=True)  # one transaction with the tell
         tell(study, trial, result)
     r.writer.submit(lambda: _finish_steps(r, target.rel_path, cand, final, result, texts,
                                           outputs, cleanup, pending))
@@ -169,10 +169,11 @@ def _bind(outputs: Callable[[str, EvalResult, Path], None], result: EvalResult,
     return lambda run_id: outputs(run_id, result, io_dir)
 
 
-def write_attrs(trial: Any, record: CandidateRecord) -> None:
+def write_attrs(trial: Any, record: CandidateRecord, before_tell: bool = False) -> None:
     """The record into the trial's user attributes, in one transaction (``state`` last
-    where they are written one by one: it marks completion)."""
-    search.set_user_attrs(trial, record.to_attrs())
+    where they are written one by one: it marks completion); ``before_tell``: in the
+    tell's transaction (a night's storage)."""
+    search.set_user_attrs(trial, record.to_attrs(), before_tell=before_tell)
 
 
 def tell(study: optuna.Study, trial: Any, result: EvalResult) -> None:

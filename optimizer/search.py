@@ -18,6 +18,7 @@ from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution, check_distribution_compatibility
+from optuna.search_space.group_decomposed import _GroupDecomposedSearchSpace, _SearchSpaceGroup
 from optuna.trial import TrialState
 
 from optimizer.errors import ConfigError
@@ -33,13 +34,16 @@ def make_sampler(
     name: str, seed: int, n_startup_trials: int, multi: bool
 ) -> optuna.samplers.BaseSampler:
     if name == "tpe":
-        return optuna.samplers.TPESampler(
+        tpe = optuna.samplers.TPESampler(
             seed=seed,
             n_startup_trials=n_startup_trials,
             multivariate=True,
             group=True,
             constant_liar=True,
         )
+        if tpe._group_decomposed_search_space is not None:
+            tpe._group_decomposed_search_space = _GroupsSoFar(include_pruned=True)
+        return tpe
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "nsga2":
@@ -49,6 +53,33 @@ def make_sampler(
     raise ConfigError(
         f"unknown sampler {name!r}; choose tpe, random, nsga2 or cmaes", key="search.sampler"
     )
+
+
+class _GroupsSoFar(_GroupDecomposedSearchSpace):
+    """TPE's search-space groups (``group=True``), adding each finished trial once.
+
+    Optuna's version adds every complete trial's distributions again on every ask: O(N) per
+    ask, 2-3 ms at 1000 trials on the development machine. Adding a trial's distributions
+    to groups that already hold them changes nothing (each group is inside them or apart
+    from them, in the same order), and a finished trial never changes, so the groups are
+    the ones Optuna computes, trial for trial."""
+
+    def __init__(self, include_pruned: bool = False) -> None:
+        super().__init__(include_pruned)
+        self._added: set[int] = set()
+
+    def calculate(self, study: optuna.Study, use_cache: bool = False) -> _SearchSpaceGroup:
+        if self._study_id is None:
+            self._study_id = study._study_id
+        elif self._study_id != study._study_id:
+            raise ValueError("`_GroupDecomposedSearchSpace` cannot handle multiple studies.")
+        states = ((TrialState.COMPLETE, TrialState.PRUNED) if self._include_pruned
+                  else (TrialState.COMPLETE,))
+        for trial in study._get_trials(deepcopy=False, states=states, use_cache=use_cache):
+            if trial.number not in self._added:
+                self._added.add(trial.number)
+                self._search_space.add_distributions(trial.distributions)
+        return copy.deepcopy(self._search_space)
 
 
 # the storage each study was opened with (its public interface reopens RUNNING trials)
@@ -212,11 +243,12 @@ class AskAhead:
         return self._trial
 
 
-def set_user_attrs(trial: Any, attrs: Mapping[str, Any]) -> None:
+def set_user_attrs(trial: Any, attrs: Mapping[str, Any], before_tell: bool = False) -> None:
     """Several user attributes of a live trial, in one transaction where the storage is
     Optuna's RDB storage (each ``set_user_attr`` is a commit of its own: 0.6-0.9 ms each
     on sqlite, 14 of them per candidate; ``study_storage.write_user_attrs``); one by one,
-    in their order, elsewhere."""
+    in their order, elsewhere. ``before_tell``: the trial is told next, and on a night's
+    storage the attributes are written in the tell's transaction."""
     storage = trial.storage
     rdb = getattr(storage, "_backend", storage)
     if not isinstance(rdb, optuna.storages.RDBStorage) or len(attrs) < 2:
@@ -224,7 +256,7 @@ def set_user_attrs(trial: Any, attrs: Mapping[str, Any]) -> None:
             trial.set_user_attr(key, value)
         return
     if isinstance(storage, OneWriterStorage):
-        storage.set_trial_user_attrs(trial._trial_id, attrs)
+        storage.set_trial_user_attrs(trial._trial_id, attrs, with_state=before_tell)
     else:
         write_user_attrs(rdb, trial._trial_id, attrs)
     trial._cached_frozen_trial.user_attrs.update(attrs)

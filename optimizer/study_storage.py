@@ -44,6 +44,8 @@ class OneWriterStorage(_CachedStorage):
         self._loaded: set[int] = set()
         # trial id -> parameters checked and cached, written with the trial's next write
         self._deferred: dict[int, list[tuple[str, float, distributions.BaseDistribution]]] = {}
+        # trial id -> user attributes to write with its next state change
+        self._deferred_attrs: dict[int, dict[str, Any]] = {}
 
     # -- reads: the database once per study, then the cache -------------------------------
 
@@ -125,15 +127,19 @@ class OneWriterStorage(_CachedStorage):
     def set_trial_state_values(
         self, trial_id: int, state: TrialState, values: Sequence[float] | None = None
     ) -> bool:
-        """RDBStorage's own, with the deferred parameters in the same transaction."""
+        """RDBStorage's own, with the deferred parameters and attributes in the same
+        transaction."""
         rdb = self._backend
         params = self._take_deferred(trial_id)
+        with self._lock:
+            attrs = self._deferred_attrs.pop(trial_id, {})
         changed = True
         try:
             with _create_scoped_session(rdb.scoped_session) as session:
-                self._add_params(session, trial_id, params)
                 row = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=True)
                 rdb.check_trial_is_updatable(trial_id, cast(TrialState, row.state))
+                self._add_params(session, trial_id, params)
+                _upsert_attrs(rdb, session, trial_id, attrs, check=False)
                 if values is not None:
                     for objective, v in enumerate(values):
                         rdb._set_trial_value_without_commit(session, row, objective, v)
@@ -150,6 +156,9 @@ class OneWriterStorage(_CachedStorage):
             changed = False
         except BaseException:
             self._put_back(trial_id, params)
+            with self._lock:
+                self._deferred_attrs[trial_id] = {**attrs, **self._deferred_attrs.get(
+                    trial_id, {})}
             raise
         with self._lock:
             trial = self._cached(trial_id)
@@ -174,12 +183,22 @@ class OneWriterStorage(_CachedStorage):
     def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
         self.set_trial_user_attrs(trial_id, {key: value})
 
-    def set_trial_user_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> None:
+    def set_trial_user_attrs(self, trial_id: int, attrs: Mapping[str, Any],
+                             with_state: bool = False) -> None:
         """Several user attributes in one transaction (:func:`write_user_attrs`), with the
-        deferred parameters."""
+        deferred parameters; ``with_state``: in the transaction of the trial's next state
+        change (its tell) instead, so that the record and the tell are one commit."""
+        with self._lock:
+            trial = self._cached(trial_id)
+            if trial is not None:
+                self._backend.check_trial_is_updatable(trial_id, trial.state)
+                if with_state:
+                    self._deferred_attrs.setdefault(trial_id, {}).update(attrs)
+                    trial.user_attrs.update(copy.deepcopy(dict(attrs)))
+                    return
         params = self._take_deferred(trial_id)
         try:
-            write_user_attrs(self._backend, trial_id, attrs,
+            write_user_attrs(self._backend, trial_id, attrs, check=trial is None,
                              before=lambda session: self._add_params(session, trial_id, params))
         except BaseException:
             self._put_back(trial_id, params)
@@ -198,32 +217,39 @@ class OneWriterStorage(_CachedStorage):
 
 
 def write_user_attrs(rdb: RDBStorage, trial_id: int, attrs: Mapping[str, Any],
-                     before: Callable[[Any], None] | None = None) -> None:
+                     before: Callable[[Any], None] | None = None, check: bool = True) -> None:
     """``attrs`` into a live trial's user attributes in one transaction: one look-up of the
     trial and one upsert of every row on sqlite and PostgreSQL (Optuna's own
-    per-attribute statements elsewhere). A finished trial raises, as Optuna does.
-    ``before(session)`` adds its own writes to the transaction."""
-    model = models.TrialUserAttributeModel
+    per-attribute statements elsewhere). A finished trial raises, as Optuna does
+    (``check=False``: the caller knows it is not). ``before(session)`` adds its own writes
+    to the transaction."""
     with _create_scoped_session(rdb.scoped_session, True) as session:
         if before is not None:
             before(session)
-        if not attrs:
-            return
-        dialect = rdb.engine.name
-        if dialect not in ("sqlite", "postgresql"):
-            for key, value in attrs.items():
-                rdb._set_trial_attr_without_commit(session, model, trial_id, key, value)
-            return
+        _upsert_attrs(rdb, session, trial_id, attrs, check)
+
+
+def _upsert_attrs(rdb: RDBStorage, session: Any, trial_id: int, attrs: Mapping[str, Any],
+                  check: bool = True) -> None:
+    model = models.TrialUserAttributeModel
+    if not attrs:
+        return
+    dialect = rdb.engine.name
+    if dialect not in ("sqlite", "postgresql"):
+        for key, value in attrs.items():
+            rdb._set_trial_attr_without_commit(session, model, trial_id, key, value)
+        return
+    if check:
         trial = models.TrialModel.find_or_raise_by_id(trial_id, session)
         rdb.check_trial_is_updatable(trial_id, cast(TrialState, trial.state))
-        from sqlalchemy.dialects import postgresql, sqlite
+    from sqlalchemy.dialects import postgresql, sqlite
 
-        insert: Any = sqlite.insert if dialect == "sqlite" else postgresql.insert
-        stmt = insert(model).values([
-            {"trial_id": trial_id, "key": key, "value_json": json.dumps(value)}
-            for key, value in attrs.items()
-        ])
-        session.execute(stmt.on_conflict_do_update(
-            index_elements=[model.trial_id, model.key],
-            set_={"value_json": stmt.excluded.value_json},
-        ))
+    insert: Any = sqlite.insert if dialect == "sqlite" else postgresql.insert
+    stmt = insert(model).values([
+        {"trial_id": trial_id, "key": key, "value_json": json.dumps(value)}
+        for key, value in attrs.items()
+    ])
+    session.execute(stmt.on_conflict_do_update(
+        index_elements=[model.trial_id, model.key],
+        set_={"value_json": stmt.excluded.value_json},
+    ))

@@ -131,7 +131,8 @@ def _busy_study(study: optuna.Study) -> None:
         trial.report(float(i), step=1)
         if i % 5 == 4:
             continue  # left RUNNING, as a killed night leaves it
-        search.set_user_attrs(trial, {"state": "VALID", "metrics": {"cost": 1.0 * i}})
+        search.set_user_attrs(trial, {"state": "VALID", "metrics": {"cost": 1.0 * i}},
+                              before_tell=i % 3 == 0)
         if i % 6 == 1:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
         elif i % 6 == 2:
@@ -181,3 +182,35 @@ def test_one_writer_storage_refuses_what_optuna_refuses(tmp_path: Path) -> None:
         study._storage.set_trial_param(done._trial_id, "X", 3.0, X)
     with pytest.raises(RuntimeError):
         search.set_user_attrs(optuna.trial.Trial(study, done._trial_id), {"a": 1, "b": 2})
+
+
+def test_tpe_groups_added_once_are_optunas_groups(tmp_path: Path) -> None:
+    """search._GroupsSoFar adds each finished trial once; TPE samples exactly what it does
+    with Optuna's own group decomposition (which adds every trial on every ask)."""
+    from optuna.search_space.group_decomposed import _GroupDecomposedSearchSpace
+
+    ours = _study(tmp_path, "ours", "memory")
+    assert isinstance(ours.sampler._group_decomposed_search_space, search._GroupsSoFar)
+    theirs = _study(tmp_path, "theirs", "memory")
+    theirs.sampler._group_decomposed_search_space = _GroupDecomposedSearchSpace(True)
+    assert _night(ours, ahead=True, n=60) == _night(theirs, ahead=True, n=60)
+    assert (ours.sampler._group_decomposed_search_space._search_space.search_spaces
+            == theirs.sampler._group_decomposed_search_space._search_space.search_spaces)
+
+
+def test_attributes_before_the_tell_are_one_commit_with_it(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    study = optuna.create_study(storage=OneWriterStorage(search.storage_for(url)),
+                                sampler=search.make_sampler("tpe", 7, 4, False),
+                                study_name="t")
+    trial = study.ask({"X": X})
+    search.set_user_attrs(trial, {"candidate": "c0002", "state": "RUNNING"})
+    search.set_user_attrs(trial, {"state": "VALID", "commit": "abc"}, before_tell=True)
+    assert study.trials[0].user_attrs["state"] == "VALID"  # this process sees it at once
+    on_disk = optuna.load_study(study_name="t", storage=url).trials[0]
+    assert on_disk.user_attrs == {"candidate": "c0002", "state": "RUNNING"}
+    assert on_disk.params == trial.params  # the parameters came with the first write
+    study.tell(trial, 2.0)
+    on_disk = optuna.load_study(study_name="t", storage=url).trials[0]
+    assert on_disk.user_attrs == {"candidate": "c0002", "state": "VALID", "commit": "abc"}
+    assert on_disk.state == optuna.trial.TrialState.COMPLETE and on_disk.values == [2.0]
