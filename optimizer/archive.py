@@ -7,6 +7,7 @@ the most recent candidates, failures included, so that reasons reach the next pr
 
 from __future__ import annotations
 
+import bisect
 import random
 from dataclasses import dataclass, field
 
@@ -47,7 +48,13 @@ class Archive:
         self._top_number = max(self._top_number, candidate_number(entry.id))
         if entry.state is CandidateState.VALID and entry.objectives:
             self._valid.append(entry)
-            self._ranked = self._tops = None
+            if self._ranked is not None:
+                bisect.insort(self._ranked, entry, key=self._rank_key)
+            self._tops = None
+
+    def _rank_key(self, entry: ArchiveEntry) -> tuple[float, str]:
+        sign = 1.0 if self.target.primary.minimize else -1.0
+        return (sign * entry.objectives[0], entry.id)
 
     def add(self, entry: ArchiveEntry, structure: str = "", content_hash: str = "") -> None:
         self.pending.pop(content_hash, None)
@@ -77,8 +84,7 @@ class Archive:
     def ranked(self) -> list[ArchiveEntry]:
         """Valid candidates, best first by the primary objective."""
         if self._ranked is None:
-            sign = 1.0 if self.target.primary.minimize else -1.0
-            self._ranked = sorted(self._valid, key=lambda e: (sign * e.objectives[0], e.id))
+            self._ranked = sorted(self._valid, key=self._rank_key)
         return list(self._ranked)
 
     def best(self) -> ArchiveEntry | None:
