@@ -149,6 +149,7 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
             r.config.search.n_startup_trials,
             len(target.objectives) > 1,
         ),
+        one_writer=r.shared is None,  # workers' studies change under them: Optuna's cache
     )
     archive = Archive(target)
     outputs = lambda run_id, result, io_dir: log_outputs(  # noqa: E731
@@ -278,6 +279,11 @@ def _search(r: Run, lane: Lane, sandbox: Sandbox, slot: Slot) -> None:
     """The serial search: one proposal, then its evaluation, until the slice is spent. The
     proposal's trial is asked meanwhile (``search.AskAhead``): nothing else touches the
     study until it is taken, so the trial is the one asking afterwards would give."""
+    with r.writer.held():  # the writer runs while candidates are evaluated (Writer)
+        _search_held(r, lane, sandbox, slot)
+
+
+def _search_held(r: Run, lane: Lane, sandbox: Sandbox, slot: Slot) -> None:
     while (job := _next_job(r, lane)) is not None and job is not _WAIT:
         lane.ahead = search.AskAhead(lane.study)
         proposal = job if isinstance(job, Proposal) else _propose(r, lane, job)
@@ -498,13 +504,16 @@ class _Admitted:
 
 def _candidate(r: Run, lane: Lane, sandbox: Sandbox, slot: Slot, proposal: Proposal) -> bool:
     """Turn one proposal into an evaluated candidate; False when it was a duplicate."""
-    admitted = _admit(r, lane, proposal)
+    with r.writer.held():  # the writer's jobs run while the candidate is evaluated
+        admitted = _admit(r, lane, proposal)
     if not isinstance(admitted, _Admitted):
         return admitted
-    result, eval_log = evaluate_candidate(
-        r, lane.target, lane.evaluator, sandbox, admitted.cand.id, admitted.cand_dir, slot=slot
-    )
-    _settle(r, lane, admitted, result, eval_log)
+    with r.writer.runs():
+        result, eval_log = evaluate_candidate(
+            r, lane.target, lane.evaluator, sandbox, admitted.cand.id, admitted.cand_dir,
+            slot=slot)
+    with r.writer.held():
+        _settle(r, lane, admitted, result, eval_log)
     return True
 
 
@@ -637,7 +646,7 @@ def _record_rejected(
     """A proposal without usable code: a REJECTED candidate with a trial and a run, no branch."""
     target, study, archive, out = lane.target, lane.study, lane.archive, lane.out
     ahead, lane.ahead = lane.ahead, None
-    trial = ahead.take() if ahead is not None else study.ask()
+    trial = ahead.take(sampled=False) if ahead is not None else study.ask()
     result = EvalResult(CandidateState.REJECTED, str(proposal.rejected), "proposal")
     cand = Candidate(
         r.shared.claim_id(lane, proposal, trial) if r.shared is not None
@@ -664,7 +673,8 @@ def _record_rejected(
 
 def _record_duplicate(study: optuna.Study, trial: Any, archive: Archive, of: str) -> None:
     """Not evaluated: no candidate id, branch or run; the sampler learns the known value."""
-    write_attrs(trial, CandidateRecord(state=CandidateState.DUPLICATE, duplicate_of=of))
+    write_attrs(trial, CandidateRecord(state=CandidateState.DUPLICATE, duplicate_of=of),
+                before_tell=True)
     original = None if of in archive.pending.values() else archive.get(of)  # under evaluation
     if original is not None and original.state is CandidateState.VALID and original.objectives:
         study.tell(trial, list(original.objectives))

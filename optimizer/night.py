@@ -6,12 +6,14 @@ last one so that ``--resume`` can reopen it.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import dataclasses
+import inspect
 import json
 import logging
-import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -62,37 +64,141 @@ class Writer:
     :meth:`submit`. Nothing in it is the only copy of anything: the trial's state is the
     source of truth and every job's input is on disk first (:mod:`optimizer.recording`),
     so a kill loses no record; ``--resume`` runs what was left. A failed job makes the
-    next :meth:`submit` or :meth:`flush` raise."""
+    next :meth:`submit` or :meth:`flush` raise.
+
+    The thread shares the interpreter with the loop: on 2 cores an MLflow job (20-30 ms of
+    Python) running beside the loop's own bookkeeping doubled it (30 ms per candidate
+    instead of 19, bench/engine_overhead.py, 2026-12-03). So while the loop holds
+    :meth:`held` (the serial loop does around admitting and recording a candidate) no job
+    starts; jobs run while the candidate is evaluated or proposed. Nothing waits on a held
+    writer: a full queue, :meth:`result`, :meth:`flush` and :meth:`close` let it run.
+    A job that returns a generator is run step by step, and a held writer pauses between
+    steps (a candidate's record is 6 steps of 1-10 ms). ``first=True`` jobs (a candidate's
+    MLflow run, which the loop waits for) go before the others.
+    """
 
     def __init__(self, maxsize: int = 32):
-        self._jobs: queue.Queue[tuple[Callable[[], Any], Future[Any]] | None] = queue.Queue(
-            maxsize)
+        self._maxsize = maxsize
+        self._first: collections.deque[tuple[Callable[[], Any], Future[Any]]] = (
+            collections.deque())
+        self._rest: collections.deque[tuple[Callable[[], Any], Future[Any]]] = (
+            collections.deque())
+        self._cond = threading.Condition()
+        self._unfinished = 0  # queued or running
+        self._held = 0  # sections of the loop in which no job starts
+        self._open = 0  # ... except in these (an evaluation)
+        self._waiting = 0  # callers waiting on the writer: it runs even when held
+        self._closing = False
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._work, name="record-writer", daemon=True)
         self._thread.start()
 
+    def _may_start(self) -> bool:
+        queued = bool(self._first or self._rest)
+        return (queued and (self._held == 0 or self._open > 0 or self._waiting > 0
+                                    or self._closing)) or (
+            self._closing and not queued)
+
     def _work(self) -> None:
-        while (item := self._jobs.get()) is not None:
-            job, done = item
+        while True:
+            with self._cond:
+                self._cond.wait_for(self._may_start)
+                if not (self._first or self._rest):
+                    return  # closing, nothing left
+                job, done = (self._first or self._rest).popleft()
+                self._cond.notify_all()  # room in the queue
             try:
-                done.set_result(job())
+                value = job()
+                if inspect.isgenerator(value):  # steps: a held loop pauses it between them
+                    value = self._steps(value)
+                done.set_result(value)
             except BaseException as exc:  # noqa: BLE001 - raised by the loop's thread
                 self._error = self._error or exc
                 done.set_exception(exc)
             finally:
-                self._jobs.task_done()
-        self._jobs.task_done()
+                with self._cond:
+                    self._unfinished -= 1
+                    self._cond.notify_all()
 
-    def submit(self, job: Callable[[], Any]) -> Future[Any]:
+    def _steps(self, steps: Generator[Any, Any, Any]) -> Any:
+        while True:
+            try:
+                next(steps)
+            except StopIteration as stop:
+                return stop.value
+            with self._cond:
+                self._cond.wait_for(lambda: self._held == 0 or self._open > 0
+                                    or self._waiting > 0 or self._closing)
+
+    @contextlib.contextmanager
+    def _wait(self) -> Iterator[None]:
+        with self._cond:
+            self._waiting += 1
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._waiting -= 1
+
+    def submit(self, job: Callable[[], Any], first: bool = False) -> Future[Any]:
         """Queue ``job``; its result (or error) arrives in the returned future."""
         self.check()
         done: Future[Any] = Future()
-        self._jobs.put((job, done))
+        with self._cond:
+            if len(self._first) + len(self._rest) >= self._maxsize:
+                with self._wait_locked():
+                    self._cond.wait_for(
+                        lambda: len(self._first) + len(self._rest) < self._maxsize)
+            (self._first if first else self._rest).append((job, done))
+            self._unfinished += 1
+            self._cond.notify_all()
         return done
+
+    @contextlib.contextmanager
+    def _wait_locked(self) -> Iterator[None]:
+        self._waiting += 1
+        self._cond.notify_all()
+        try:
+            yield
+        finally:
+            self._waiting -= 1
+
+    def result(self, done: Future[Any]) -> Any:
+        """``done.result()`` of one of this writer's jobs (it runs even while held)."""
+        if not done.done():
+            with self._wait():
+                return done.result()
+        return done.result()
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """No job starts meanwhile (one that runs goes on), unless the loop waits on one."""
+        with self._cond:
+            self._held += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._held -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def runs(self) -> Iterator[None]:
+        """Jobs may start meanwhile, held or not."""
+        with self._cond:
+            self._open += 1
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._open -= 1
 
     def flush(self) -> None:
         """Wait until every job queued so far has run."""
-        self._jobs.join()
+        with self._wait(), self._cond:
+            self._cond.wait_for(lambda: self._unfinished == 0)
         self.check()
 
     def check(self) -> None:
@@ -104,9 +210,10 @@ class Writer:
 
     def close(self) -> None:
         """Run what is queued, then stop the thread (raises nothing: see :meth:`check`)."""
-        if self._thread.is_alive():
-            self._jobs.put(None)
-            self._thread.join()
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join()
 
 
 @dataclass

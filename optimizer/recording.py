@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -41,7 +41,7 @@ def start_run(r: Run, cand: Candidate, branch: str, trial_number: int) -> Future
     """The candidate's MLflow run, created by the writer (its id, when it exists)."""
     return r.writer.submit(lambda: r.tracker.start_candidate(
         parent_run_id=r.summary.parent_run_id, candidate=cand, branch=branch,
-        trial_number=trial_number))
+        trial_number=trial_number), first=True)
 
 
 def save(
@@ -76,7 +76,7 @@ def save(
     if record.branch:
         with hold("git"):
             commit = r.ws.annotate(target.name, cand.id, commit_message(target, cand, result))
-    run_id = (run or start_run(r, cand, record.branch, trial.number)).result()
+    run_id = r.writer.result(run or start_run(r, cand, record.branch, trial.number))
     final = record.finished(result, commit, run_id)
     pending = pending_path(r, target, cand.id)
     pending.parent.mkdir(parents=True, exist_ok=True)
@@ -89,10 +89,10 @@ def save(
         "result": result.to_json(), "io_dir": str(io_dir or ""), **texts,
     }))
     with hold("optuna"):
-        write_attrs(trial, final)
+        write_attrs(trial, final, before_tell=True)  # one transaction with the tell
         tell(study, trial, result)
-    r.writer.submit(lambda: _finish(r, target.rel_path, cand, final, result, texts,
-                                    outputs, cleanup, pending))
+    r.writer.submit(lambda: _finish_steps(r, target.rel_path, cand, final, result, texts,
+                                          outputs, cleanup, pending))
     return final
 
 
@@ -100,12 +100,24 @@ def _finish(r: Run, target_rel: str, cand: Candidate, final: CandidateRecord,
             result: EvalResult, texts: dict[str, str], outputs: Callable[[str], None] | None,
             cleanup: Callable[[], None] | None, pending: Path) -> None:
     """The writer's part of :func:`save` (and of :func:`finish_pending`)."""
+    for _ in _finish_steps(r, target_rel, cand, final, result, texts, outputs, cleanup,
+                           pending):
+        pass
+
+
+def _finish_steps(r: Run, target_rel: str, cand: Candidate, final: CandidateRecord,
+                  result: EvalResult, texts: dict[str, str],
+                  outputs: Callable[[str], None] | None, cleanup: Callable[[], None] | None,
+                  pending: Path) -> Iterator[None]:
+    """:func:`_finish` a step at a time: the writer may pause between steps."""
     diff = r.ws.diff(cand.target, cand.id, target_rel) if final.branch else ""
-    r.tracker.finish_candidate(final.mlflow_run_id, candidate=cand, result=result,
-                               commit=final.commit, diff=diff, prompt=texts["prompt"],
-                               response=texts["response"], eval_log=texts["eval_log"])
+    yield
+    yield from r.tracker.finish_candidate_steps(
+        final.mlflow_run_id, candidate=cand, result=result, commit=final.commit, diff=diff,
+        prompt=texts["prompt"], response=texts["response"], eval_log=texts["eval_log"])
     if outputs is not None:
         outputs(final.mlflow_run_id)
+        yield
     if cleanup is not None:
         cleanup()
     pending.unlink(missing_ok=True)
@@ -157,10 +169,11 @@ def _bind(outputs: Callable[[str, EvalResult, Path], None], result: EvalResult,
     return lambda run_id: outputs(run_id, result, io_dir)
 
 
-def write_attrs(trial: Any, record: CandidateRecord) -> None:
+def write_attrs(trial: Any, record: CandidateRecord, before_tell: bool = False) -> None:
     """The record into the trial's user attributes, in one transaction (``state`` last
-    where they are written one by one: it marks completion)."""
-    search.set_user_attrs(trial, record.to_attrs())
+    where they are written one by one: it marks completion); ``before_tell``: in the
+    tell's transaction (a night's storage)."""
+    search.set_user_attrs(trial, record.to_attrs(), before_tell=before_tell)
 
 
 def tell(study: optuna.Study, trial: Any, result: EvalResult) -> None:

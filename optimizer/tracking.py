@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -288,6 +288,27 @@ class Tracker:
         """Everything else of a candidate's run, then its end: one batch (state tags,
         params, metrics), one artifact upload, the status. Doing it again (``--resume``
         finishing what a killed night left) gives the same run."""
+        for _ in self.finish_candidate_steps(
+                run_id, candidate=candidate, result=result, commit=commit, diff=diff,
+                prompt=prompt, response=response, eval_log=eval_log,
+                extra_metrics=extra_metrics):
+            pass
+
+    def finish_candidate_steps(
+        self,
+        run_id: str,
+        *,
+        candidate: Candidate,
+        result: EvalResult,
+        commit: str,
+        diff: str,
+        prompt: str = "",
+        response: str = "",
+        eval_log: str = "",
+        extra_metrics: Mapping[str, float] | None = None,
+    ) -> Iterator[None]:
+        """:meth:`finish_candidate` one store call at a time (3-10 ms each): the
+        background writer may pause between them (``optimizer.night.Writer``)."""
         tags = {
             "optimizer.state": result.state.value,
             "optimizer.reason": result.reason[:REASON_LIMIT],
@@ -304,6 +325,7 @@ class Tracker:
         values |= {f"objective.{i}": v for i, v in enumerate(result.objectives)}
         values |= dict(extra_metrics or {})
         self._log_batch(run_id, metrics=values, params=params, tags=tags)
+        yield
 
         texts = {
             "candidate.diff": diff,
@@ -323,6 +345,7 @@ class Tracker:
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 dest.write_text(text)
             self.client.log_artifacts(run_id, tmp)
+        yield
 
         status = RunStatus.FINISHED if result.state is CandidateState.VALID else RunStatus.FAILED
         self.client.set_terminated(run_id, status=RunStatus.to_string(status))

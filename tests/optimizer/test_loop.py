@@ -219,3 +219,31 @@ def test_a_second_night_continues_the_study(toy_repo: Path) -> None:
     ids = sorted(_branches(toy_repo, "optimizer/toy/toy"))
     assert ids == [f"optimizer/toy/toy/c{i:04d}" for i in range(1, 9)]
     assert collect_status(cfg)["consistent"]
+
+
+def _trials_of(cfg) -> list[tuple]:  # type: ignore[no-untyped-def]
+    study = optuna.load_study(study_name="toy/toy", storage=cfg.optuna_storage)
+    return [(t.number, t.state, t.params, t.values, t.user_attrs.get("candidate"),
+             t.user_attrs.get("state"), t.user_attrs.get("content_hash"))
+            for t in study.trials]
+
+
+def test_asking_ahead_replays_the_serial_night(toy_repo: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The serial loop asks each trial while the proposal is made (search.AskAhead); for a
+    seed, the night is the one asking after the proposal gives, trial for trial."""
+    import shutil
+
+    from optimizer import search
+
+    other = tmp_path / "other"
+    shutil.copytree(toy_repo, other)
+    sets = ["budget.max_candidates=24", "stats.minimize_trials=2"]
+    early = load_experiment(toy_repo / "experiments/toy.toml", sets, workspace=toy_repo)
+    run(early, say=lambda s: None)
+    monkeypatch.setattr(search, "AskAhead", lambda study: None)
+    plain = load_experiment(other / "experiments/toy.toml", sets, workspace=other)
+    run(plain, say=lambda s: None)
+    want = _trials_of(plain)
+    assert len([t for t in want if t[4]]) >= 20
+    assert _trials_of(early) == want

@@ -193,10 +193,10 @@ def test_killed_between_the_mlflow_run_and_the_trial_leaves_one_run(
     with one run (not the killed night's and a second one) and removes the worktree."""
     plain = recording.write_attrs
 
-    def write_attrs(trial, record):  # type: ignore[no-untyped-def]
+    def write_attrs(trial, record, **kw):  # type: ignore[no-untyped-def]
         if record.candidate == "c0003" and record.mlflow_run_id:
             raise _Killed
-        plain(trial, record)
+        plain(trial, record, **kw)
 
     monkeypatch.setattr(recording, "write_attrs", write_attrs)
     cfg = load_experiment(toy_repo / "experiments/toy.toml",

@@ -34,8 +34,9 @@ def no_identity(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
         monkeypatch.delenv(var, raising=False)
 
 
-def git(cwd: Path, *args: str) -> str:
-    out = subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True)
+def git(cwd: Path, *args: str, input_text: str | None = None) -> str:
+    out = subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True,
+                         input=input_text)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
@@ -330,3 +331,204 @@ def test_parallel_workers_share_one_repository(repo: Path) -> None:
             files = ws.read_files("topk", ws.cid(n), TARGET_REL, ["program.py"])
             assert files == {"program.py": f"X = {n}\n"}
     assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+
+
+# -- create_candidate: the commit written in-process, compared with what git says --------
+
+
+def _ls_tree(repo: Path, rev: str) -> dict[str, tuple[str, str]]:
+    """path -> (mode, blob sha) of every file at ``rev``, as git lists them."""
+    out = {}
+    for line in git(repo, "ls-tree", "-r", "--full-tree", rev).splitlines():
+        meta, path = line.split("\t", 1)
+        mode, _, sha = meta.split()
+        out[path] = (mode, sha)
+    return out
+
+
+def _files_under(root: Path) -> dict[str, bool]:
+    """relative path -> executable, for every file below ``root`` except git's own."""
+    return {
+        p.relative_to(root).as_posix(): bool(p.stat().st_mode & 0o100)
+        for p in root.rglob("*")
+        if p.is_file() and ".git" not in p.relative_to(root).parts
+    }
+
+
+def _with_executable_in_target(repo: Path) -> None:
+    (repo / TARGET_REL / "run.sh").write_text("#!/bin/sh\necho seed\n")
+    (repo / TARGET_REL / "run.sh").chmod(0o755)
+    (repo / TARGET_REL / "data").mkdir()
+    (repo / TARGET_REL / "data" / "table.txt").write_text("1 2 3\n")
+    (repo / "targets" / "README.md").write_text("targets\n")
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=Setup", "-c", "user.email=s@x", "commit", "-qm", "more")
+
+
+def test_create_candidate_commit_is_the_base_tree_with_the_files(repo: Path) -> None:
+    _with_executable_in_target(repo)
+    base = git(repo, "rev-parse", "HEAD")
+    files = {"program.py": "X = 2\n", "run.sh": "#!/bin/sh\necho cand\n", "sub/new.py": "N = 1\n"}
+    with Workspace(repo, experiment="nightly", state_dir=repo / ".optimizer") as ws:
+        folder, sha = ws.create_candidate(TARGET_REL, "topk", "c0001", files, "c0001 RUNNING")
+        branch = ws.candidate_branch("topk", "c0001")
+        assert git(repo, "rev-parse", branch) == sha
+        assert git(repo, "rev-parse", f"{sha}^@") == base  # one parent: the base
+        assert git(repo, "log", "-1", "--format=%B", sha) == "c0001 RUNNING"
+        want = _ls_tree(repo, base)
+        for name, text in files.items():
+            blob = git(repo, "hash-object", "--stdin", "-t", "blob", input_text=text)
+            old_mode = want.get(f"{TARGET_REL}/{name}", ("100644", ""))[0]
+            want[f"{TARGET_REL}/{name}"] = (old_mode, blob)
+        got = _ls_tree(repo, sha)
+        assert got == want
+        assert got[f"{TARGET_REL}/run.sh"][0] == "100755"  # the executable stays executable
+        assert got["tool.sh"][0] == "100755"
+        for name, text in files.items():
+            assert git(repo, "show", f"{branch}:{TARGET_REL}/{name}") == text.rstrip("\n")
+        git(repo, "fsck", "--strict", "--no-dangling")  # the objects are well formed
+        assert git(repo, "diff", "--name-only", base, sha).split() == sorted(
+            f"{TARGET_REL}/{n}" for n in files)
+        assert "+X = 2" in ws.diff("topk", "c0001")
+        assert ws.read_files("topk", "c0001", TARGET_REL, ["program.py"]) == {
+            "program.py": "X = 2\n"}
+        assert folder == ws.worktree_path("topk", "c0001") / TARGET_REL
+
+
+def test_create_candidate_folder_is_the_sparse_cone(repo: Path) -> None:
+    _with_executable_in_target(repo)
+    files = {"program.py": "X = 3\n", "sub/new.py": "N = 1\n"}
+    with Workspace(repo, experiment="nightly", state_dir=repo / ".optimizer") as ws:
+        ws.create_candidate(TARGET_REL, "topk", "c0001", files, "m")
+        plain = _files_under(ws.worktree_path("topk", "c0001"))
+        ws.create_worktree(TARGET_REL, "topk", "c0002", files)  # a real sparse worktree
+        sparse = _files_under(ws.worktree_path("topk", "c0002"))
+        assert plain == sparse
+        assert set(plain) == {
+            "serve.py", "tool.sh", "targets/README.md",
+            *(f"{TARGET_REL}/{n}" for n in
+              ("program.py", "target.toml", "run.sh", "data/table.txt", "sub/new.py")),
+        }
+        assert plain["tool.sh"] and plain[f"{TARGET_REL}/run.sh"]
+        assert not plain["serve.py"]
+        root = ws.worktree_path("topk", "c0001")
+        assert (root / TARGET_REL / "program.py").read_text() == "X = 3\n"
+        assert not (root / "src").exists()
+        assert not (root / ".git").exists()  # a plain folder, no worktree of git's
+        ws.remove_worktree("topk", "c0001")
+        ws.remove_worktree("topk", "c0002")
+        assert not root.exists()
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+
+
+def test_create_candidate_replaces_a_leftover_folder_and_branch(ws: Workspace,
+                                                                repo: Path) -> None:
+    ws.create_candidate(TARGET_REL, "topk", "c0002", {"program.py": "X = 4\n"}, "first")
+    stray = ws.worktree_path("topk", "c0002") / TARGET_REL / "stray.txt"
+    stray.write_text("left by the killed evaluation\n")
+    folder, sha = ws.create_candidate(TARGET_REL, "topk", "c0002", {"program.py": "X = 5\n"},
+                                      "second")
+    assert not stray.exists()
+    assert (folder / "program.py").read_text() == "X = 5\n"
+    assert git(repo, "rev-parse", ws.candidate_branch("topk", "c0002")) == sha
+    assert git(repo, "rev-parse", f"{sha}^") == ws.base_commit  # not stacked on the first
+    # and over a real worktree left by an older night
+    ws.create_worktree(TARGET_REL, "topk", "c0003", {"program.py": "X = 6\n"})
+    ws.commit_candidate("topk", "c0003", "old")
+    folder, sha = ws.create_candidate(TARGET_REL, "topk", "c0003", {"program.py": "X = 7\n"},
+                                      "new")
+    assert (folder / "program.py").read_text() == "X = 7\n"
+    assert git(repo, "rev-parse", f"{sha}^") == ws.base_commit
+    assert ws.read_files("topk", "c0003", TARGET_REL, ["program.py"]) == {
+        "program.py": "X = 7\n"}
+
+
+def test_create_candidate_leaves_the_users_checkout_alone(repo: Path) -> None:
+    (repo / "serve.py").write_text("print('my uncommitted change')\n")
+    (repo / TARGET_REL / "program.py").write_text("X = 99\n")
+    (repo / "notes.txt").write_text("untracked\n")
+    git(repo, "add", "notes.txt")
+    before = user_state(repo)
+    with Workspace(repo, experiment="nightly", state_dir=repo / ".optimizer") as ws:
+        for n in range(1, 4):
+            ws.create_candidate(TARGET_REL, "topk", ws.cid(n), {"program.py": f"X = {n}\n"},
+                                "m")
+            ws.annotate("topk", ws.cid(n), f"done {n}")
+            ws.remove_worktree("topk", ws.cid(n))
+        assert ws.candidate_ids("topk") == ["c0001", "c0002", "c0003"]
+    assert user_state(repo) == before
+    assert git(repo, "symbolic-ref", "HEAD") == "refs/heads/main"
+
+
+def test_annotate_after_create_candidate_changes_only_the_message(ws: Workspace,
+                                                                  repo: Path) -> None:
+    _, sha = ws.create_candidate(TARGET_REL, "topk", "c0004", {"program.py": "X = 8\n"},
+                                 "c0004 RUNNING")
+    fmt = "%T %P|%an <%ae> %ad|%cn <%ce>"
+    before = git(repo, "log", "-1", f"--format={fmt}", sha)
+    new = ws.annotate("topk", "c0004", "c0004 VALID\n\n# Metrics\ncost: 1\n")
+    assert new != sha
+    assert git(repo, "rev-parse", ws.candidate_branch("topk", "c0004")) == new
+    assert git(repo, "log", "-1", f"--format={fmt}", new).split("|")[:2] == before.split(
+        "|")[:2]
+    assert ws.commit_message("topk", "c0004") == "c0004 VALID\n\n# Metrics\ncost: 1"
+    git(repo, "fsck", "--strict", "--no-dangling")
+
+
+def test_annotate_is_compare_and_swap(ws: Workspace, repo: Path) -> None:
+    """The branch moved behind the workspace's back (another process): annotate fails
+    loudly instead of overwriting that commit."""
+    _, sha = ws.create_candidate(TARGET_REL, "topk", "c0005", {"program.py": "X = 2\n"}, "m")
+    branch = ws.candidate_branch("topk", "c0005")
+    git(repo, "update-ref", f"refs/heads/{branch}", ws.base_commit)
+    with pytest.raises(WorkspaceError, match="cannot move"):
+        ws.annotate("topk", "c0005", "too late")
+    assert git(repo, "rev-parse", branch) == ws.base_commit
+    # the ref updater recovers: the next candidate is written as usual
+    _, sha6 = ws.create_candidate(TARGET_REL, "topk", "c0006", {"program.py": "X = 3\n"}, "m")
+    assert git(repo, "rev-parse", ws.candidate_branch("topk", "c0006")) == sha6
+    assert ws.annotate("topk", "c0006", "fine") == git(
+        repo, "rev-parse", ws.candidate_branch("topk", "c0006"))
+
+
+def test_create_candidate_identity_fallback_and_configured(repo: Path) -> None:
+    with Workspace(repo, experiment="e", state_dir=repo / ".optimizer") as ws:
+        _, sha = ws.create_candidate(TARGET_REL, "topk", "c0001", {"program.py": "X = 1\n"}, "m")
+        new = ws.annotate("topk", "c0001", "n")
+    for rev in (sha, new):
+        assert git(repo, "log", "-1", "--format=%an <%ae>|%cn <%ce>", rev) == (
+            f"{FALLBACK_NAME} <{FALLBACK_EMAIL}>|{FALLBACK_NAME} <{FALLBACK_EMAIL}>")
+    git(repo, "config", "user.name", "Ada")
+    with Workspace(repo, experiment="e", state_dir=repo / ".optimizer") as ws:
+        _, sha = ws.create_candidate(TARGET_REL, "topk", "c0002", {"program.py": "X = 2\n"}, "m")
+    # the configured name, the fallback email for what is missing
+    assert git(repo, "log", "-1", "--format=%an <%ae>", sha) == f"Ada <{FALLBACK_EMAIL}>"
+    git(repo, "config", "user.email", "ada@example.org")
+    with Workspace(repo, experiment="e", state_dir=repo / ".optimizer") as ws:
+        _, sha = ws.create_candidate(TARGET_REL, "topk", "c0003", {"program.py": "X = 3\n"}, "m")
+    assert git(repo, "log", "-1", "--format=%an <%ae>|%cn <%ce>", sha) == (
+        "Ada <ada@example.org>|Ada <ada@example.org>")
+
+
+def test_create_candidate_respects_git_dates_and_identity_env(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "Bot")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "bot@example.org")
+    monkeypatch.setenv("GIT_AUTHOR_DATE", "2001-02-03T04:05:06+0100")
+    monkeypatch.setenv("GIT_COMMITTER_DATE", "2002-03-04T05:06:07-0200")
+    with Workspace(repo, experiment="e", state_dir=repo / ".optimizer") as ws:
+        _, sha = ws.create_candidate(TARGET_REL, "topk", "c0001", {"program.py": "X = 1\n"}, "m")
+        new = ws.annotate("topk", "c0001", "n")
+    for rev in (sha, new):
+        assert git(repo, "log", "-1", "--format=%an <%ae>|%aI|%cI", rev) == (
+            "Bot <bot@example.org>|2001-02-03T04:05:06+01:00|2002-03-04T05:06:07-02:00")
+        assert git(repo, "log", "-1", "--format=%cn <%ce>", rev) == (
+            f"{FALLBACK_NAME} <{FALLBACK_EMAIL}>")
+
+
+def test_create_candidate_without_dates_uses_now(ws: Workspace, repo: Path) -> None:
+    import time
+
+    _, sha = ws.create_candidate(TARGET_REL, "topk", "c0001", {"program.py": "X = 1\n"}, "m")
+    stamps = git(repo, "log", "-1", "--format=%at %ct", sha).split()
+    assert all(abs(int(s) - time.time()) < 60 for s in stamps)
