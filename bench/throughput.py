@@ -9,7 +9,7 @@ over the search's wall time (seed and winner selection excluded). What separates
 the engine's own cost per candidate (sandbox process, git branch, MLflow run, Optuna trial).
 Writes ``bench/results/throughput.json``.
 
-    .venv/bin/python bench/throughput.py [--candidates 24] [--proposal-s 2] [--eval-s 0.5]
+    .venv/bin/python bench/throughput.py [--candidates 96] [--proposal-s 2] [--eval-s 0.5]
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def measure(repo: Path, slots: int, concurrency: int, n: int, proposal_s: float)
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--candidates", type=int, default=24)
+    ap.add_argument("--candidates", type=int, default=96)
     ap.add_argument("--proposal-s", type=float, default=2.0)
     ap.add_argument("--eval-s", type=float, default=0.5)
     ap.add_argument("--configs", default=",".join(f"{s}x{c}" for s, c in CONFIGS),
