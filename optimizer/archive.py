@@ -30,6 +30,8 @@ class Archive:
     hashes: dict[str, str] = field(default_factory=dict)  # content hash -> candidate id
     # candidates under evaluation (ids taken, not yet added) and their content hashes
     pending: dict[str, str] = field(default_factory=dict)  # content hash -> candidate id
+    # candidates other workers evaluated (optimizer.worker): they breed, they are not counted
+    theirs: set[str] = field(default_factory=set)
     # what the loop asks several times per candidate, kept as entries are added (at 1000
     # candidates sorting them on every question cost 5 ms per candidate)
     _by_id: dict[str, ArchiveEntry] = field(default_factory=dict, repr=False)

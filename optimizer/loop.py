@@ -709,8 +709,11 @@ def _winner_reserve(r: Run, evaluator: Evaluator, eval_s: float, slice_s: float)
 
 
 def _finish_summary(out: TargetSummary, archive: Archive, earlier: int) -> TargetSummary:
-    """States of this night's candidates; seed and best over every night of the study."""
+    """States of this night's candidates (this process's: not other workers'); seed and
+    best over every night of the study."""
     for e in archive.entries[earlier:]:
+        if e.id in archive.theirs:
+            continue
         out.states[e.state.value] = out.states.get(e.state.value, 0) + 1
     if archive.seed and archive.seed.objectives:
         out.seed_value = archive.seed.objectives[0]

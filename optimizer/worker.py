@@ -401,6 +401,7 @@ class Shared:
             for digest in [d for d, c in t.archive.pending.items() if c == cid]:
                 del t.archive.pending[digest]  # it was another worker's, under evaluation
             t.archive.add(entry, rec.structure, "" if lost else rec.content_hash)
+            t.archive.theirs.add(cid)
             r.proposer.observe(entry)
 
     # lost workers
