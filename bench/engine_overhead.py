@@ -50,21 +50,6 @@ from optimizer.config import load_experiment  # noqa: E402
 from optimizer.proposers import make_proposer  # noqa: E402
 
 
-def _repo(tmp: Path, evaluate: str) -> Path:
-    repo = tmp / "repo"
-    target = repo / "targets/function/toy"
-    target.mkdir(parents=True)
-    (target / "target.toml").write_text(conftest.TOY_TARGET)
-    (target / "program.py").write_text(conftest.TOY_PROGRAM)
-    (target / "evaluate.py").write_text(evaluate)
-    conftest.write_experiment(repo)
-    (repo / ".gitignore").write_text(".optimizer/\n")
-    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
-    conftest.git(repo, "add", "-A")
-    conftest.git(repo, "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "init")
-    return repo
-
-
 def _stats(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
     return {"median_ms": round(statistics.median(ordered), 1),
@@ -136,7 +121,7 @@ def night_overhead(n: int) -> dict[str, Any]:
     loop._search = timed_search  # type: ignore[assignment]
     night.Writer.submit = timed_submit  # type: ignore[method-assign]
     with tempfile.TemporaryDirectory() as tmp:
-        repo = _repo(Path(tmp), conftest.TOY_EVALUATE)
+        repo = conftest.make_toy_repo(Path(tmp) / "repo")
         cfg = load_experiment(
             repo / "experiments/toy.toml",
             [f"budget.max_candidates={n}", "budget.minutes=30", "stats.minimize_trials=0"],
@@ -189,7 +174,7 @@ def night_overhead(n: int) -> dict[str, Any]:
 def function_cost(repeats: int = 5, sleep_s: float = 0.5) -> dict[str, Any]:
     """``optimizer evaluate`` cost_s of a target whose evaluate() sleeps ``sleep_s``."""
     with tempfile.TemporaryDirectory() as tmp:
-        repo = _repo(Path(tmp), conftest.SLOW_EVALUATE)
+        repo = conftest.make_toy_repo(Path(tmp) / "repo", conftest.SLOW_EVALUATE)
         env = {**os.environ, "TOY_EVAL_S": str(sleep_s),
                "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
         costs = []

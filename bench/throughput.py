@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,21 +48,6 @@ class FixedLatency(OfflineProposer):
     def propose(self, context):  # type: ignore[no-untyped-def]
         time.sleep(self.latency_s)
         return super().propose(context)
-
-
-def _repo(tmp: Path) -> Path:
-    repo = tmp / "repo"
-    target = repo / "targets/function/toy"
-    target.mkdir(parents=True)
-    (target / "target.toml").write_text(conftest.TOY_TARGET)
-    (target / "program.py").write_text(conftest.TOY_PROGRAM)
-    (target / "evaluate.py").write_text(conftest.SLOW_EVALUATE)
-    conftest.write_experiment(repo)
-    (repo / ".gitignore").write_text(".optimizer*/\n")
-    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
-    conftest.git(repo, "add", "-A")
-    conftest.git(repo, "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "init")
-    return repo
 
 
 def measure(repo: Path, slots: int, concurrency: int, n: int, proposal_s: float) -> dict:
@@ -106,7 +90,7 @@ def main() -> None:
     configs = [tuple(int(x) for x in c.split("x")) for c in args.configs.split(",")]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        repo = _repo(Path(tmp))
+        repo = conftest.make_toy_repo(Path(tmp) / "repo", conftest.SLOW_EVALUATE)
         for slots, conc in configs:
             row = measure(repo, slots, conc, args.candidates, args.proposal_s)
             serial = slots == 1 and conc == 1

@@ -242,12 +242,14 @@ class Tracker:
         extra_metrics: Mapping[str, float] | None = None,
     ) -> str:
         """Record one evaluated candidate as a finished child run; returns its run id
-        (:meth:`start_candidate` then :meth:`finish_candidate`)."""
+        (:meth:`start_candidate`, then every step of :meth:`finish_candidate_steps`)."""
         run_id = self.start_candidate(parent_run_id=parent_run_id, candidate=candidate,
                                       branch=branch, trial_number=trial_number)
-        self.finish_candidate(run_id, candidate=candidate, result=result, commit=commit,
-                              diff=diff, prompt=prompt, response=response, eval_log=eval_log,
-                              extra_metrics=extra_metrics)
+        for _ in self.finish_candidate_steps(
+                run_id, candidate=candidate, result=result, commit=commit, diff=diff,
+                prompt=prompt, response=response, eval_log=eval_log,
+                extra_metrics=extra_metrics):
+            pass
         return run_id
 
     def start_candidate(
@@ -272,28 +274,6 @@ class Tracker:
         )
         return str(run.info.run_id)
 
-    def finish_candidate(
-        self,
-        run_id: str,
-        *,
-        candidate: Candidate,
-        result: EvalResult,
-        commit: str,
-        diff: str,
-        prompt: str = "",
-        response: str = "",
-        eval_log: str = "",
-        extra_metrics: Mapping[str, float] | None = None,
-    ) -> None:
-        """Everything else of a candidate's run, then its end: one batch (state tags,
-        params, metrics), one artifact upload, the status. Doing it again (``--resume``
-        finishing what a killed night left) gives the same run."""
-        for _ in self.finish_candidate_steps(
-                run_id, candidate=candidate, result=result, commit=commit, diff=diff,
-                prompt=prompt, response=response, eval_log=eval_log,
-                extra_metrics=extra_metrics):
-            pass
-
     def finish_candidate_steps(
         self,
         run_id: str,
@@ -307,8 +287,11 @@ class Tracker:
         eval_log: str = "",
         extra_metrics: Mapping[str, float] | None = None,
     ) -> Iterator[None]:
-        """:meth:`finish_candidate` one store call at a time (3-10 ms each): the
-        background writer may pause between them (``optimizer.night.Writer``)."""
+        """Everything of a candidate's run but its start, then its end, one store call at a
+        time (3-10 ms each; the background writer may pause between them,
+        ``optimizer.night.Writer``): one batch (state tags, params, metrics), one artifact
+        upload, the status. Doing it again (``--resume`` finishing what a killed night
+        left) gives the same run."""
         tags = {
             "optimizer.state": result.state.value,
             "optimizer.reason": result.reason[:REASON_LIMIT],

@@ -168,9 +168,12 @@ def _reference_device() -> str:
 
 
 def _drop_tensor_files(io_dir: Path) -> None:
-    """The tensors an evaluation's calls exchanged through ``io_dir`` (its other files stay)."""
+    """The tensors an evaluation's calls exchanged through ``io_dir`` (its other files stay).
+    The candidate could write there: a link is removed, never followed, and a folder of such
+    a name is left for the io folder's own removal (it must not break the judgement)."""
     for path in io_dir.glob("*.safetensors"):
-        path.unlink(missing_ok=True)
+        if path.is_symlink() or path.is_file():
+            path.unlink(missing_ok=True)
 
 
 class _CasePool:

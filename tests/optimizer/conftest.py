@@ -85,6 +85,32 @@ def slow_evaluate() -> str:
     return SLOW_EVALUATE
 
 
+# the slow evaluate.py that also notes, as each evaluation begins, which program it is of
+# (the candidate's file, which the stand-in names, and its text's hash) in TOY_EVAL_PROGRAMS
+_TIMED = "    value = float(_load(path).cost())\n"
+assert _TIMED in SLOW_EVALUATE
+NOTING_EVALUATE = SLOW_EVALUATE.replace(
+    _TIMED, "    mod = _load(path)\n    _note(mod)\n    value = float(mod.cost())\n"
+) + '''
+
+def _note(mod):
+    if os.environ.get("TOY_EVAL_PROGRAMS"):
+        import hashlib
+
+        path = mod.__candidate_file__
+        with open(path, "rb") as fh:
+            digest = hashlib.sha256(fh.read()).hexdigest()
+        with open(os.environ["TOY_EVAL_PROGRAMS"], "a") as fh:
+            fh.write(json.dumps([path, digest]) + "\\n")
+'''
+
+
+@pytest.fixture
+def noting_evaluate() -> str:
+    return NOTING_EVALUATE
+
+
+
 def git(repo: Path, *args: str) -> str:
     return subprocess.run(
         ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
@@ -111,22 +137,27 @@ def write_experiment(repo: Path, name: str = "toy", body: str = "") -> Path:
     return exp
 
 
-@pytest.fixture
-def toy_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A git repository with one committed toy target and an experiment file."""
-    repo = tmp_path / "repo"
+def make_toy_repo(repo: Path, evaluate: str = TOY_EVALUATE) -> Path:
+    """A git repository at ``repo`` with one committed toy target (its evaluate.py
+    ``evaluate``) and an experiment file (the benchmarks build theirs with it too)."""
     target = repo / "targets" / "function" / "toy"
     target.mkdir(parents=True)
     (target / "target.toml").write_text(TOY_TARGET)
     (target / "program.py").write_text(TOY_PROGRAM)
-    (target / "evaluate.py").write_text(TOY_EVALUATE)
+    (target / "evaluate.py").write_text(evaluate)
     write_experiment(repo)
-    (repo / ".gitignore").write_text(".optimizer/\n")
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    (repo / ".gitignore").write_text(".optimizer*/\n")
     subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
     git(repo, "add", "-A")
     git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
     return repo
+
+
+@pytest.fixture
+def toy_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A git repository with one committed toy target and an experiment file."""
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    return make_toy_repo(tmp_path / "repo")
 
 
 @pytest.fixture

@@ -24,34 +24,10 @@ from optimizer.status import collect_status
 
 PREFIX = "optimizer/toy/toy/"
 
-# what the slow toy evaluate.py gains here: as each evaluation begins it notes which
-# program it is of (the candidate's file, which the stand-in names, and its text's hash)
-NOTE = '''
-
-def _note(mod):
-    if os.environ.get("TOY_EVAL_PROGRAMS"):
-        import hashlib
-
-        path = mod.__candidate_file__
-        with open(path, "rb") as fh:
-            digest = hashlib.sha256(fh.read()).hexdigest()
-        with open(os.environ["TOY_EVAL_PROGRAMS"], "a") as fh:
-            fh.write(json.dumps([path, digest]) + "\\n")
-'''
-
-
-def _noting(slow_evaluate: str) -> str:
-    timed = "    value = float(_load(path).cost())\n"
-    assert timed in slow_evaluate, "the slow toy evaluate.py changed: update this test"
-    return slow_evaluate.replace(
-        timed, "    mod = _load(path)\n    _note(mod)\n    value = float(mod.cost())\n"
-    ) + NOTE
-
 
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
-    ).stdout
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout
 
 
 def _branch_states(repo: Path) -> dict[str, str]:
@@ -95,8 +71,8 @@ def _kill_with_candidates_in_flight(repo: Path, env: dict[str, str], log: Path) 
 
 def test_sigkill_with_candidates_in_flight_then_resume(
         toy_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        slow_evaluate: str, experiment_writer, capsys: pytest.CaptureFixture[str]) -> None:
-    (toy_repo / "targets/function/toy/evaluate.py").write_text(_noting(slow_evaluate))
+        noting_evaluate: str, experiment_writer, capsys: pytest.CaptureFixture[str]) -> None:
+    (toy_repo / "targets/function/toy/evaluate.py").write_text(noting_evaluate)
     # one evaluate() call per evaluation (not the kind's default of three), two slots,
     # four proposals in flight
     experiment_writer(toy_repo, body="[targets.settings.evaluator]\nrepeats = 1\n"

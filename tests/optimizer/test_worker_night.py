@@ -32,28 +32,6 @@ pytestmark = pytest.mark.slow
 EXPERIMENT = "shared"
 PER_WORKER = 28  # candidates each worker evaluates at most: three give the night 60 or more
 
-NOTE = '''
-
-def _note(mod):
-    if os.environ.get("TOY_EVAL_PROGRAMS"):
-        import hashlib
-
-        path = mod.__candidate_file__
-        with open(path, "rb") as fh:
-            digest = hashlib.sha256(fh.read()).hexdigest()
-        with open(os.environ["TOY_EVAL_PROGRAMS"], "a") as fh:
-            fh.write(json.dumps([path, digest]) + "\\n")
-'''
-
-
-def _noting(slow_evaluate: str) -> str:
-    """The slow toy evaluate.py, noting which program each evaluation is of."""
-    timed = "    value = float(_load(path).cost())\n"
-    assert timed in slow_evaluate, "the slow toy evaluate.py changed: update this test"
-    return slow_evaluate.replace(
-        timed, "    mod = _load(path)\n    _note(mod)\n    value = float(mod.cost())\n"
-    ) + NOTE
-
 
 def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
@@ -118,8 +96,8 @@ def _victim(storage: optuna.storages.RDBStorage, claims: Claims,
 
 def test_three_workers_share_a_night_and_one_is_killed(
         toy_repo: Path, tmp_path: Path, postgres_url: str, tracking_server: str,
-        slow_evaluate: str, experiment_writer) -> None:
-    (toy_repo / "targets/function/toy/evaluate.py").write_text(_noting(slow_evaluate))
+        noting_evaluate: str, experiment_writer) -> None:
+    (toy_repo / "targets/function/toy/evaluate.py").write_text(noting_evaluate)
     # one evaluate() per evaluation; heartbeats each second, a worker silent 3 s is lost
     experiment_writer(toy_repo, EXPERIMENT, body="[targets.settings.evaluator]\nrepeats = 1\n"
                       "[worker]\nheartbeat_s = 1\ngrace_s = 3\n")

@@ -60,6 +60,20 @@ def test_a_check_leaves_no_tensor_files_behind(tmp_path):
                for _, _, p in pool.made.values())  # the night's cases stay
 
 
+def test_clearing_the_io_folder_follows_no_link_and_trips_on_no_folder(tmp_path):
+    from evaluators.kernels.evaluator import _drop_tensor_files
+
+    io, outside = tmp_path / "io", tmp_path / "trusted.safetensors"
+    io.mkdir()
+    outside.write_bytes(b"the night's case")
+    (io / "w0.A.safetensors").write_bytes(b"x")
+    (io / "w0.out.A1.safetensors").symlink_to(outside)  # what a candidate could leave
+    (io / "w0.post.A.safetensors").mkdir()
+    _drop_tensor_files(io)
+    assert outside.read_bytes() == b"the night's case"
+    assert sorted(p.name for p in io.iterdir()) == ["w0.post.A.safetensors"]
+
+
 def test_the_final_check_runs_every_case_of_the_pool(tmp_path):
     import sys
 
