@@ -111,12 +111,15 @@ def chi_square_check(counts: torch.Tensor, probs: torch.Tensor, alpha: float,
 
 
 def modelled_speedup(tokens_per_step: float, drafted_per_step: float, c: float,
-                     v: float) -> float:
+                     v: float, prefill: float = 0.0) -> float:
     """Speedup a decode should show from its acceptance and its measured costs: tokens per
     target step over the step's cost in target-only steps (``drafted_per_step`` draft steps
-    at ``c`` each, plus one verification at ``v``). What the measured speedup lacks against
-    it is the loop's own time (prefill, bookkeeping)."""
-    return tokens_per_step / max(drafted_per_step * c + v, 1e-12)
+    at ``c`` each, plus one verification at ``v``). ``prefill`` is the prompt's forward
+    over the target-only decode's steps (``n_new`` of them): both decodes pay it once, so
+    it damps the speedup of a draft that needs few verification passes. What the measured
+    speedup lacks against the result is the loop's own time outside those parts."""
+    per_token = (drafted_per_step * c + v) / max(tokens_per_step, 1e-12)
+    return (1 + prefill) / max(prefill + per_token, 1e-12)
 
 
 def expected_speedup(alpha: float, k: int, c: float) -> float:

@@ -35,6 +35,7 @@ class SpecStats:
     accepted: list[int] = field(default_factory=list)  # per draft position: times accepted
     draft_s: float = 0.0
     verify_s: float = 0.0
+    prefill_s: float = 0.0  # the prompt's forward and the first token (once per prompt)
     total_s: float = 0.0
 
     def __post_init__(self) -> None:
@@ -50,6 +51,7 @@ class SpecStats:
             self.accepted[i] += other.accepted[i]
         self.draft_s += other.draft_s
         self.verify_s += other.verify_s
+        self.prefill_s += other.prefill_s
         self.total_s += other.total_s
 
     @property
@@ -133,6 +135,7 @@ def speculative_decode(model, draft: Draft, prompt: torch.Tensor, n_new: int, k:
     cache = model.new_cache(1, len(prompt) + n_new + k + 2)
     logits, feats = model(prompt[None], cache, layers)
     first = _choose(logits[0, -1], temperature, generator)
+    stats.prefill_s = time.perf_counter() - start
     out = [first]
     draft.reset(torch.cat([prompt, prompt.new_tensor([first])]),
                 feats[0] if feats is not None else None)

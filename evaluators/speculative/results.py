@@ -70,11 +70,17 @@ def summarize(resp: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
         st.add(p.stats)
     plain = [sum(p.plain_s) for p in repeats]
     spec = [sum(p.spec_s) for p in repeats]
-    step_s = sum(plain) / (n_tokens * len(repeats))
+    # a target-only step: the decode's time less its prompt forward, which costs what the
+    # speculative decode's did (the same engine, the same prompt)
+    prompts = len(repeats[0].refs) * len(repeats)
+    prefill_s = st.prefill_s / prompts
+    n_new = s["n_new"]
+    step_s = max(sum(plain) / prompts - prefill_s, 1e-12) / n_new
     alpha = st.acceptance_rate
     cost = (st.draft_s / st.drafted) / step_s if st.drafted else 0.0
     steps = max(1, st.target_steps)
     verify = (st.verify_s / steps) / step_s
+    prefill = prefill_s / (n_new * step_s)
     rec = resp["train"]
     starts = resp["start_s"] or [0.0]
     metrics.update({
@@ -82,8 +88,9 @@ def summarize(resp: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
         "acceptance_rate": alpha,
         "cost_ratio": cost,
         "verify_ratio": verify,
+        "prefill_ratio": prefill,
         "expected_speedup": modelled_speedup(st.mean_accepted_len, st.drafted / steps, cost,
-                                             verify),
+                                             verify, prefill),
         "tokens_per_s_plain": n_tokens / statistics.median(plain),
         "tokens_per_s_spec": n_tokens / statistics.median(spec),
         "train_s": rec["train_s"],

@@ -61,3 +61,11 @@ def test_modelled_speedup_charges_the_verification_its_measured_cost():
     assert modelled_speedup(3.0, 4.0, 0.05, 1.0) == pytest.approx(2.5)
     assert modelled_speedup(3.0, 4.0, 0.05, 1.31) == pytest.approx(3.0 / 1.51)
     assert modelled_speedup(1.0, 0.0, 0.0, 1.0) == pytest.approx(1.0)  # nothing drafted
+
+
+def test_modelled_speedup_charges_the_prompt_forward_to_both_decodes():
+    # 128 target-only steps after a prompt forward worth 8 of them: a draft at 4 tokens per
+    # 1.25-step pass saves on the steps only, (128 + 8) / (128 / 4 * 1.25 + 8) = 2.83
+    assert modelled_speedup(4.0, 3.0, 0.0, 1.25, prefill=8 / 128) == pytest.approx(136 / 48)
+    assert modelled_speedup(4.0, 3.0, 0.0, 1.25) == pytest.approx(3.2)  # no prompt: 4 / 1.25
+    assert modelled_speedup(1.0, 0.0, 0.0, 1.0, prefill=0.5) == pytest.approx(1.0)
