@@ -52,6 +52,22 @@ def training_record(value: Any, weights_path: Path) -> dict[str, Any]:
             "fit_s": float(value.get("fit_s") or 0.0), "data_s": float(value.get("data_s") or 0)}
 
 
+def _costs(st: SpecStats, plain_s: float, prompts: int,
+           n_new: int) -> tuple[float, float, float, float]:
+    """Cost ratio ``c`` (a drafted token), verify ratio ``v`` (a verification pass), prefill
+    ratio and the modelled speedup of ``prompts`` decodes, in target-only steps. A step is
+    the target-only decode's time less its prompt forward, which costs what the
+    speculative decode's did (the same engine, the same prompt)."""
+    prefill_s = st.prefill_s / max(1, prompts)
+    step_s = max(plain_s / max(1, prompts) - prefill_s, 1e-12) / n_new
+    steps = max(1, st.target_steps)
+    cost = (st.draft_s / st.drafted) / step_s if st.drafted else 0.0
+    verify = (st.verify_s / steps) / step_s
+    prefill = prefill_s / (n_new * step_s)
+    return cost, verify, prefill, modelled_speedup(st.mean_accepted_len, st.drafted / steps,
+                                                   cost, verify, prefill)
+
+
 def summarize(resp: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
     """Metrics, objective, samples and artifacts of a measurement (:meth:`_measure`)."""
     sweep: dict[int, Pass] = resp["sweep"]
@@ -70,29 +86,25 @@ def summarize(resp: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
         st.add(p.stats)
     plain = [sum(p.plain_s) for p in repeats]
     spec = [sum(p.spec_s) for p in repeats]
-    # a target-only step: the decode's time less its prompt forward, which costs what the
-    # speculative decode's did (the same engine, the same prompt)
-    prompts = len(repeats[0].refs) * len(repeats)
-    prefill_s = st.prefill_s / prompts
-    n_new = s["n_new"]
-    step_s = max(sum(plain) / prompts - prefill_s, 1e-12) / n_new
     alpha = st.acceptance_rate
-    cost = (st.draft_s / st.drafted) / step_s if st.drafted else 0.0
-    steps = max(1, st.target_steps)
-    verify = (st.verify_s / steps) / step_s
-    prefill = prefill_s / (n_new * step_s)
-    rec = resp["train"]
-    starts = resp["start_s"] or [0.0]
+    cost, verify, prefill, _ = _costs(st, sum(plain), len(plain) * len(repeats[0].refs),
+                                      s["n_new"])
     metrics.update({
         "mean_accepted_len": st.mean_accepted_len,
         "acceptance_rate": alpha,
         "cost_ratio": cost,
         "verify_ratio": verify,
         "prefill_ratio": prefill,
-        "expected_speedup": modelled_speedup(st.mean_accepted_len, st.drafted / steps, cost,
-                                             verify, prefill),
+        # modelled per prompt set, like the objective: the median over the sets
+        "expected_speedup": statistics.median(
+            _costs(p.stats, sum(p.plain_s), len(p.refs), s["n_new"])[3]
+            for p in repeats if p.stats is not None),
         "tokens_per_s_plain": n_tokens / statistics.median(plain),
         "tokens_per_s_spec": n_tokens / statistics.median(spec),
+    })
+    rec = resp["train"]
+    starts = resp["start_s"] or [0.0]
+    metrics.update({
         "train_s": rec["train_s"],
         "train_steps": rec["curve"][-1]["step"] if rec["curve"] else 0,
         "final_train_loss": rec["curve"][-1]["loss"] if rec["curve"] else 0.0,
