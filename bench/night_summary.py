@@ -47,7 +47,11 @@ def summarise(experiment: Path) -> dict:
                          "eval_s": round(sum(v for k, v in (a.get("metrics") or {}).items()
                                              if k.startswith("stage_s/")), 3),
                          "cost": {k: round(v, 2) for k, v in (a.get("metrics") or {}).items()
-                                  if k.startswith(("stage_s/", "cost_s/"))}})
+                                  if k.startswith(("stage_s/", "cost_s/"))},
+                         # what the evaluation measured (speedups, acceptance, cost ratios)
+                         "metrics": {k: round(v, 4) for k, v in (a.get("metrics") or {}).items()
+                                     if not k.startswith(("stage_s/", "cost_s/"))
+                                     and isinstance(v, (int, float))}})
         seed = [r for r in rows if r["proposer"] == "seed"]
         rest = [r for r in rows if r["proposer"] != "seed" and r["state"] != "DUPLICATE"]
         out[entry.spec.name] = {
