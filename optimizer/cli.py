@@ -273,22 +273,20 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from optimizer.targets import load_target
 
     folder = Path(args.target)
-    if (folder / "target.toml").is_file():  # the repository that holds the target
+    by_name = not (folder / "target.toml").is_file()
+    if not by_name:  # the repository that holds the target
         workspace = _repository_of(folder.resolve())
     else:
         workspace = _workspace_of(args.experiment)
-    if not (folder / "target.toml").is_file():
-        from optimizer.config import load_experiment
-
         if not args.experiment.exists():
             raise ConfigError(
                 f"{args.target}: neither a target folder nor a target name "
                 f"(no experiment file {args.experiment})"
             )
-        folder = load_experiment(args.experiment, workspace=workspace).target(args.target).spec.path
-    from optimizer.config import parse_value
+    from optimizer.config import SandboxConfig, build_section, load_experiment, parse_value
 
     overrides: dict[str, object] = {}
+    target_sets = []  # the --set items that are the target's (not the sandbox's)
     for item in args.overrides:
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
@@ -298,12 +296,20 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         for part in parents:
             node = node.setdefault(part, {})  # type: ignore[assignment]
         node[last] = parse_value(text.strip())
+        if parents[:1] != ["sandbox"] and key.strip() != "sandbox":
+            target_sets.append(item)
     # sandbox.* keys set the sandbox of this evaluation (as an experiment's [sandbox] does);
-    # every other key overrides the target's target.toml
-    from optimizer.config import SandboxConfig, build_section
-
-    sandbox_cfg = build_section(SandboxConfig, overrides.pop("sandbox", {}), "--set", "sandbox")
-    target = load_target(folder.resolve(), folder.resolve().parent, overrides)
+    # every other key overrides the target's settings: its target.toml's, or, for a target
+    # named in an experiment, the experiment's [targets.settings] over its target.toml
+    if by_name:  # the experiment's sandbox and target settings, --set over them
+        sets = [item if item not in target_sets else f"targets.{args.target}.{item}"
+                for item in args.overrides]
+        config = load_experiment(args.experiment, sets, workspace=workspace)
+        target, sandbox_cfg = config.target(args.target).spec, config.sandbox
+    else:
+        sandbox_cfg = build_section(SandboxConfig, overrides.pop("sandbox", {}), "--set",
+                                    "sandbox")
+        target = load_target(folder.resolve(), folder.resolve().parent, overrides)
     replacements = _match_files(target.editable, args.files)
     files = {rel: _read_source(src) for rel, src in replacements.items()}
     from optimizer.workbench import Workbench
