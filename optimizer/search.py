@@ -34,7 +34,7 @@ def make_sampler(
     name: str, seed: int, n_startup_trials: int, multi: bool
 ) -> optuna.samplers.BaseSampler:
     if name == "tpe":
-        tpe = optuna.samplers.TPESampler(
+        tpe = WindowedTPESampler(
             seed=seed,
             n_startup_trials=n_startup_trials,
             multivariate=True,
@@ -53,6 +53,30 @@ def make_sampler(
     raise ConfigError(
         f"unknown sampler {name!r}; choose tpe, random, nsga2 or cmaes", key="search.sampler"
     )
+
+
+# TPE's "above" density g(x) (every trial but the best few) is built from the most recent
+# this many trials; the "below" density l(x) still comes from the best of all of them.
+ABOVE_WINDOW = 256
+
+
+class WindowedTPESampler(optuna.samplers.TPESampler):
+    """Optuna's TPE, with the trials outside its good set (those g(x) is estimated from)
+    limited to the ``ABOVE_WINDOW`` most recent. An ask compares candidate points against
+    every above trial, so its cost grew with the study: 3.0 ms at 100 trials, 7.5 ms at
+    1,000 on the development machine, and in the serial loop the ask is on the critical
+    path. TPE already weights older trials less (a ramp from 1/n up); the window drops the
+    oldest, least-weighted ones. Up to ``ABOVE_WINDOW`` above trials (about 280 in the
+    study) the sampler is Optuna's, suggestion for suggestion."""
+
+    def _build_parzen_estimator(self, study: optuna.Study,
+                                search_space: dict[str, BaseDistribution],
+                                trials: list[optuna.trial.FrozenTrial],
+                                handle_below: bool) -> Any:
+        if not handle_below and len(trials) > ABOVE_WINDOW:
+            newest = set(sorted(t.number for t in trials)[-ABOVE_WINDOW:])
+            trials = [t for t in trials if t.number in newest]  # in the order given
+        return super()._build_parzen_estimator(study, search_space, trials, handle_below)
 
 
 # studies that workers on other machines share (optimizer.worker): a trial enqueued with

@@ -214,3 +214,35 @@ def test_attributes_before_the_tell_are_one_commit_with_it(tmp_path: Path) -> No
     on_disk = optuna.load_study(study_name="t", storage=url).trials[0]
     assert on_disk.user_attrs == {"candidate": "c0002", "state": "VALID", "commit": "abc"}
     assert on_disk.state == optuna.trial.TrialState.COMPLETE and on_disk.values == [2.0]
+
+
+def test_tpe_with_its_above_window_is_optunas_tpe_below_the_window(tmp_path: Path,
+                                                                   monkeypatch) -> None:
+    """Below the window the sampler is Optuna's, suggestion for suggestion; past it, the
+    above density is built from the most recent trials only, the below one from all."""
+    def plain_tpe() -> optuna.samplers.TPESampler:
+        tpe = optuna.samplers.TPESampler(seed=7, n_startup_trials=4, multivariate=True,
+                                         group=True, constant_liar=True)
+        tpe._group_decomposed_search_space = search._GroupsSoFar(include_pruned=True)
+        return tpe
+
+    theirs = _study(tmp_path, "theirs", "memory")
+    theirs.sampler = plain_tpe()
+    theirs_night = _night(theirs, ahead=False, n=80)
+    assert _night(_study(tmp_path, "ours", "memory"), ahead=False, n=80) == theirs_night
+
+    seen: list[tuple[bool, list[int]]] = []
+    build = optuna.samplers.TPESampler._build_parzen_estimator
+
+    def spy(self, study, space, trials, handle_below):  # what Optuna's TPE is given
+        seen.append((handle_below, [t.number for t in trials]))
+        return build(self, study, space, trials, handle_below)
+
+    monkeypatch.setattr(optuna.samplers.TPESampler, "_build_parzen_estimator", spy)
+    monkeypatch.setattr(search, "ABOVE_WINDOW", 30)
+    windowed = _night(_study(tmp_path, "windowed", "memory"), ahead=False, n=80)
+    assert windowed != theirs_night  # the window changed what was sampled
+    above = [nums for below, nums in seen if not below]
+    assert max(len(nums) for nums in above) == 30
+    assert min(above[-1]) >= 80 - 30 - 25  # the newest (the good set is kept apart)
+    assert max(len(nums) for below, nums in seen if below) <= 25  # Optuna's good set
