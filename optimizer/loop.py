@@ -491,10 +491,17 @@ def _search_concurrently(r: Run, lanes: list[Lane], width: int) -> None:
         except BaseException as exc:  # noqa: BLE001 - re-raised by the caller's thread
             fail(exc)
 
-    def take(index: int) -> tuple[Lane, Proposal, int] | None:
-        """For slot ``index``: the next proposal to evaluate, its job's handle; None when
-        the search is over (under ``lock``; waits for a proposal and for the gate)."""
+    def take() -> tuple[Lane, Proposal, int] | None:
+        """The next proposal a free slot evaluates and its job's handle; None when the
+        search is over (under ``lock``; waits for a proposal and for the gate). Proposals
+        too late to evaluate are dropped first, without waiting for the gate."""
         while True:
+            for lane in lanes:
+                if lane.ready and (errors or _too_late(r, lane)):
+                    lane.dropped += len(lane.ready)
+                    lane.flying -= len(lane.ready)
+                    lane.ready.clear()
+                    _release(lane)
             ready = [i for i, x in enumerate(lanes) if x.ready]
             i = shares.most_behind(ready) if gate.open() else None
             if i is not None:
@@ -511,18 +518,13 @@ def _search_concurrently(r: Run, lanes: list[Lane], width: int) -> None:
     def evaluating(index: int) -> None:
         while True:
             with changed:
-                taken = take(index)
+                taken = take()
                 if taken is None:
                     return
                 lane, proposal, job = taken
             try:
                 with changed:
-                    late = (r.budget.stop.is_set() or errors
-                            or time.monotonic() >= lane.search_deadline
-                            or lane.dup_streak >= MAX_DUPLICATES_IN_A_ROW)
-                    admitted = None if late else _admit(r, lane, proposal, guarded)
-                    if late:
-                        lane.dropped += 1
+                    admitted = _admit(r, lane, proposal, guarded)
                 if isinstance(admitted, _Admitted):
                     slot = lane.slots[0 if lane.alone else index]
                     result, eval_log = evaluate_candidate(
@@ -534,6 +536,7 @@ def _search_concurrently(r: Run, lanes: list[Lane], width: int) -> None:
                     lane.flying -= 1
                     if _duplicate_streak(lane, admitted is not False):
                         _stop_search(lane, [lane])
+                    _release(lane)
             except BaseException as exc:  # noqa: BLE001 - re-raised by the caller's thread
                 fail(exc)
             finally:
@@ -556,6 +559,7 @@ def _search_concurrently(r: Run, lanes: list[Lane], width: int) -> None:
                     lane.flying -= 1
                     _duplicate_streak(lane, True)
                     lane.reserve_for_winner(r)  # a contender keeps its winner's time
+                    _release(lane)
                     changed.notify_all()
             except BaseException as exc:  # noqa: BLE001 - re-raised by the caller's thread
                 fail(exc)
@@ -587,9 +591,30 @@ def _stop_search(lane: Lane, lanes: list[Lane]) -> None:
     target whose seed is not valid keeps nothing for a winner."""
     for x in lanes:
         x.searching = False
-    seed = lane.archive.seed
-    if seed is not None and seed.state is not CandidateState.VALID:
+    if _seed_is_out(lane):
         lane.drop_reserve()
+    _release(lane)
+
+
+def _too_late(r: Run, lane: Lane) -> bool:
+    """Whether a proposal of ``lane`` still waiting for a slot is not evaluated: a stop
+    was asked for, the search is over, the target's duplicate streak is reached or its
+    seed is not valid."""
+    return (r.budget.stop.is_set() or time.monotonic() >= lane.search_deadline
+            or lane.dup_streak >= MAX_DUPLICATES_IN_A_ROW or _seed_is_out(lane))
+
+
+def _seed_is_out(lane: Lane) -> bool:
+    seed = lane.archive.seed
+    return seed is not None and seed.state is not CandidateState.VALID
+
+
+def _release(lane: Lane) -> None:
+    """A target out of the night with nothing in flight closes its sandboxes at once
+    (a kernel kind's warm process holds torch and triton, 370 MB: five kernel targets
+    without a GPU held ten of them until the night's end)."""
+    if not lane.searching and not lane.flying and _seed_is_out(lane):
+        _close_sandboxes(lane)
 
 
 _WAIT = Proposal("wait", None, {})  # see _next_job
@@ -625,6 +650,8 @@ def _next_job(r: Run, lane: Lane, lanes: list[Lane] | None = None,
     if lane.seed_to_evaluate:
         lane.seed_to_evaluate = False
         return _seed_proposal(target)
+    if _seed_is_out(lane):
+        return None  # nothing to improve on: the target's starts are not evaluated either
     if lane.starts:
         start = lane.starts.pop(0)
         files = target.start_files(start)
@@ -632,8 +659,6 @@ def _next_job(r: Run, lane: Lane, lanes: list[Lane] | None = None,
                         fixed_knobs=knobs.values_of(files))
     if archive.seed is None:
         return _WAIT  # the seed is still being evaluated
-    if archive.seed.state is not CandidateState.VALID:
-        return None
     lane.reserve_for_winner(r)
     if time.monotonic() >= lane.search_deadline:
         return None
