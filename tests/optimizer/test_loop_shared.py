@@ -267,3 +267,42 @@ def test_several_targets_share_one_study_each_and_stores_agree(
         assert "c0001" in ids
     status = collect_status(cfg)
     assert status["consistent"], status
+
+
+def test_ctrl_c_stops_every_target_and_records_what_is_in_flight(
+        toy_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, two_cores: None,
+        toy_target_adder, slow_evaluate: str) -> None:
+    """The first Ctrl-C of a shared night: no target takes another proposal, what is in
+    flight is recorded, no winner is selected, and the stores agree."""
+    import os
+    import signal
+
+    from optimizer.proposers.offline import OfflineProposer
+
+    class Interrupting(OfflineProposer):
+        made = 0
+
+        def propose(self, context):  # type: ignore[no-untyped-def]
+            Interrupting.made += 1
+            if Interrupting.made == 8:
+                os.kill(os.getpid(), signal.SIGINT)
+            return super().propose(context)
+
+    repo = _repo(toy_repo, toy_target_adder, slow_evaluate, one="", two="")
+    monkeypatch.setenv("TOY_EVAL_S", "0.2")
+    monkeypatch.setenv("TOY_EVAL_LOG", str(tmp_path / "evals.jsonl"))
+    exp = _night(repo, {"one": 1.0, "two": 1.0})
+    cfg = load_experiment(exp, ["budget.max_candidates=200"], workspace=repo)
+    summary = run(cfg, proposer=Interrupting(seed=0), say=lambda s: None)
+
+    assert summary.stop_reason.startswith("interrupted")
+    assert all(t.winner is None for t in summary.targets)
+    # no proposal after the stop but those already being made (two proposers), and none
+    # evaluated that was not proposed
+    assert Interrupting.made <= 8 + 2
+    assert sum(t.candidates + t.duplicates for t in summary.targets) <= Interrupting.made + 2
+    for name in ("one", "two"):
+        study = optuna.load_study(study_name=f"shared/{name}", storage=cfg.optuna_storage)
+        assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+    status = collect_status(cfg)
+    assert status["consistent"], status
