@@ -504,24 +504,31 @@ def _search_concurrently(r: Run, lanes: list[Lane], width: int) -> None:
                     _release(lane)
             ready = [i for i, x in enumerate(lanes) if x.ready]
             i = shares.most_behind(ready) if gate.open() else None
-            if i is not None:
-                break
-            if not more_to_come():
-                return None
-            changed.wait(0.2)
-        lane = lanes[i]
-        gate.enter(lane.alone)
-        while lane.alone and not gate.drained():  # the machine to itself
-            changed.wait(0.2)
-        return lane, lane.ready.popleft(), shares.begin(i, width if lane.alone else 1)
+            if i is None:
+                if not more_to_come():
+                    return None
+                changed.wait(0.2)
+                continue
+            lane = lanes[i]
+            gate.enter(lane.alone)
+            while lane.alone and not gate.drained():  # the machine to itself
+                changed.wait(0.2)
+            if lane.ready and not errors and not _too_late(r, lane):
+                return lane, lane.ready.popleft(), shares.begin(i, width if lane.alone else 1)
+            gate.leave(lane.alone)  # dropped or too late meanwhile: choose again
+            changed.notify_all()
 
     def evaluating(index: int) -> None:
         while True:
-            with changed:
-                taken = take()
-                if taken is None:
-                    return
-                lane, proposal, job = taken
+            try:
+                with changed:
+                    taken = take()
+            except BaseException as exc:  # noqa: BLE001 - re-raised by the caller's thread
+                fail(exc)
+                return
+            if taken is None:
+                return
+            lane, proposal, job = taken
             try:
                 with changed:
                     admitted = _admit(r, lane, proposal, guarded)
