@@ -1,10 +1,11 @@
 """The nightly loop: propose, apply, ask, commit, evaluate, tell, log; then pick winners.
 
-Read :func:`run` and :func:`optimize_target` top to bottom; the helpers below them do one
-thing each. Per candidate the order is chosen so that a run killed at any point can be
-resumed with Optuna, MLflow and git agreeing: ask (trial RUNNING) -> branch -> evaluate ->
-annotate branch -> tell, then the MLflow run's contents in the background writer
-(``optimizer.recording``). ``--resume`` turns trials left RUNNING into FAILED
+Read :func:`run`, :func:`share_the_night` (several slots or proposals: every target at
+once) and :func:`optimize_target` (one target in its slice) top to bottom; the helpers
+below them do one thing each. Per candidate the order is chosen so that a run killed at
+any point can be resumed with Optuna, MLflow and git agreeing: ask (trial RUNNING) ->
+branch -> evaluate -> annotate branch -> tell, then the MLflow run's contents in the
+background writer (``optimizer.recording``). ``--resume`` turns trials left RUNNING into FAILED
 ("interrupted") everywhere, tells them their recorded result when it was complete, and
 finishes the MLflow runs the writer had not.
 """
@@ -78,6 +79,7 @@ __all__ = ["CONFIRM_SHARE", "Run", "RunSummary", "TargetSummary", "optimize_targ
 
 
 # -- the loop --------------------------------------------------------------------------
+
 
 def run(
     config: ExperimentConfig,
