@@ -49,7 +49,6 @@ Optuna, openai or GitPython, and of the engine only its leaf vocabulary
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import time
 from abc import ABC, abstractmethod
@@ -59,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from optimizer import syntax
 from optimizer.records import CandidateState, EvalResult, Outputs
 from optimizer.targets import TargetSpec
 
@@ -218,7 +218,7 @@ class Evaluator(ABC):
             if path.suffix != ".py":
                 continue
             try:
-                ast.parse(read_source(path), filename=rel)
+                syntax.parse(read_source(path), filename=rel)
             except UnicodeDecodeError as exc:
                 return EvalResult(
                     CandidateState.REJECTED,

@@ -1,8 +1,10 @@
 """Budgets: wall-clock minutes, candidates, US dollars; and a stop flag for Ctrl-C.
 
 The loop asks ``budget.exhausted()`` before each candidate. Time is split between
-targets by their ``share``: a target gets its share of what is left when it starts, so
-time a fast target leaves unused goes to the targets after it.
+targets by their ``share``: in the serial loop a target gets its share of what is left
+when it starts, so time a fast target leaves unused goes to the targets after it; with
+several slots or proposals in flight every target searches at once and a free slot serves
+the one furthest behind its share (:mod:`optimizer.sharing`).
 """
 
 from __future__ import annotations

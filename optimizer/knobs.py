@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from optimizer import syntax
 from optimizer.errors import KnobError
 
 if TYPE_CHECKING:  # optuna costs ~0.5 s to import; only distributions() needs it
@@ -134,7 +135,7 @@ def _parse_choices(text: str, err: functools.partial[KnobError]) -> tuple[Any, .
     parsed: Any = None
     for cut in [len(text)] + [i for i, ch in enumerate(text) if ch == "#"]:
         try:
-            parsed = ast.literal_eval(text[:cut].strip())
+            parsed = syntax.literal_eval(text[:cut].strip())
             break
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             continue
@@ -236,7 +237,7 @@ def _scan(source: str, file: str) -> tuple[_Site, ...]:
     if "knob:" not in source:
         return ()
     try:
-        tree = ast.parse(source)
+        tree = syntax.parse(source)
     except SyntaxError as exc:
         raise KnobError(
             f"not valid Python ({exc.msg}); fix the syntax", file=file, line=exc.lineno

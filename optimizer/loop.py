@@ -1,16 +1,18 @@
 """The nightly loop: propose, apply, ask, commit, evaluate, tell, log; then pick winners.
 
-Read :func:`run` and :func:`optimize_target` top to bottom; the helpers below them do one
-thing each. Per candidate the order is chosen so that a run killed at any point can be
-resumed with Optuna, MLflow and git agreeing: ask (trial RUNNING) -> branch -> evaluate ->
-annotate branch -> tell, then the MLflow run's contents in the background writer
-(``optimizer.recording``). ``--resume`` turns trials left RUNNING into FAILED
+Read :func:`run`, :func:`share_the_night` (several slots or proposals: every target at
+once) and :func:`optimize_target` (one target in its slice) top to bottom; the helpers
+below them do one thing each. Per candidate the order is chosen so that a run killed at
+any point can be resumed with Optuna, MLflow and git agreeing: ask (trial RUNNING) ->
+branch -> evaluate -> annotate branch -> tell, then the MLflow run's contents in the
+background writer (``optimizer.recording``). ``--resume`` turns trials left RUNNING into FAILED
 ("interrupted") everywhere, tells them their recorded result when it was complete, and
 finishes the MLflow runs the writer had not.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import json
@@ -28,7 +30,7 @@ from optuna.trial import TrialState
 
 import evaluators
 from evaluators._base import Evaluator
-from optimizer import knobs, search
+from optimizer import knobs, search, sharing
 from optimizer import slots as slot_plan
 from optimizer.accounting import Ledger, Prices
 from optimizer.archive import Archive
@@ -64,15 +66,16 @@ from optimizer.stores import enable_fast_sqlite
 from optimizer.targets import TargetSpec, broken_constraint
 from optimizer.tracking import Tracker
 from optimizer.vcs import Workspace
-from optimizer.winners import select_winner
+from optimizer.winners import has_contender, select_winner
 
 MAX_DUPLICATES_IN_A_ROW = 40
 MAX_CONSTRAINED_ASKS = 16  # knob samples tried per proposal against the target's constraints
-CONFIRM_SHARE = 0.15  # of a target's time slice, kept for confirming its winner at least
+CONFIRM_SHARE = 0.15  # of a target's part of the night, kept for confirming its winner at least
 MAX_CONFIRM_SHARE = 0.5  # and at most, however slow its evaluations
 
 # Run, RunSummary and TargetSummary live in optimizer.night; re-exported for callers.
-__all__ = ["CONFIRM_SHARE", "Run", "RunSummary", "TargetSummary", "optimize_target", "run"]
+__all__ = ["CONFIRM_SHARE", "Run", "RunSummary", "TargetSummary", "optimize_target", "run",
+           "share_the_night"]
 
 
 # -- the loop --------------------------------------------------------------------------
@@ -111,13 +114,17 @@ def run(
     )
     try:
         with StopOnSigint(budget):
-            shares_left = sum(t.share for t in config.targets)
-            for entry in config.targets:
-                slice_s = budget.remaining_s() * entry.share / shares_left
-                shares_left -= entry.share
-                summary.targets.append(optimize_target(r, entry, time.monotonic() + slice_s))
-                if budget.stop.is_set() or summary.stop_reason:
-                    break
+            if _night_width(config) > 1 or config.proposer.concurrency > 1:
+                summary.targets.extend(share_the_night(r))
+            else:  # the serial loop: each target in turn gets its share of what is left
+                shares_left = sum(t.share for t in config.targets)
+                for entry in config.targets:
+                    slice_s = budget.remaining_s() * entry.share / shares_left
+                    shares_left -= entry.share
+                    summary.targets.append(
+                        optimize_target(r, entry, time.monotonic() + slice_s))
+                    if budget.stop.is_set() or summary.stop_reason:
+                        break
         summary.stop_reason = summary.stop_reason or budget.exhausted() or "all targets done"
         writer.flush()
     finally:
@@ -135,9 +142,168 @@ def run(
     return summary
 
 
+def share_the_night(r: Run) -> list[TargetSummary]:
+    """Every target's search at once on the night's slots: a free slot takes the next job
+    of the target furthest behind its share (``optimizer.sharing``), so a slow seed or a
+    target that runs out of ideas leaves no slot idle. The searches end at the night's
+    deadline less what the targets keep for their winners; then each target's winner is
+    selected in turn, alone on the machine, in its part of what is left."""
+    horizon = Horizon(time.monotonic() + r.budget.remaining_s(), shared=True)
+    lanes = [_open_lane(r, entry, horizon) for entry in r.config.targets]
+    night_s = max(0.0, horizon.deadline - time.monotonic())
+    total = sum(lane.entry.share for lane in lanes)
+    width = _night_width(r.config)
+    locks: dict[object, Any] = {}  # one timing lock per device, whichever target times on it
+    for lane in lanes:
+        lane.set_slice(night_s * lane.entry.share / total)
+        # a kind that cannot evaluate beside others has the machine to itself (the Gate)
+        lane.slots = slot_plan.plan(1 if lane.alone else width,
+                                    type(lane.evaluator).uses_gpu, locks=locks)
+        lane.seed_to_evaluate = lane.archive.seed is None
+    try:
+        _search_concurrently(r, lanes, width)
+        r.writer.flush()  # the searches' runs are complete before winners read them
+        chosen = [lane for lane in lanes if _seed_is_valid(r, lane)]
+        for k, lane in enumerate(chosen):
+            if r.budget.stop.is_set():
+                break
+            now, kept = time.monotonic(), sum(x.reserve_s for x in chosen[k:])
+            part = lane.reserve_s / kept if kept else 1.0 / (len(chosen) - k)
+            lane.out.winner = _select_winner(
+                r, lane, now + max(0.0, horizon.deadline - now) * part)
+            r.writer.flush()
+    finally:
+        for lane in lanes:
+            _close_sandboxes(lane)
+    return [_finish_summary(lane.out, lane.archive, lane.earlier) for lane in lanes]
+
+
 def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummary:
+    """One target within its slice of the night (the serial loop; `optimizer worker`)."""
+    lane = _open_lane(r, entry, Horizon(deadline))
+    lane.set_slice(max(0.0, deadline - time.monotonic()))
+    target, archive, out = lane.target, lane.archive, lane.out
+    # a kind that cannot evaluate in several threads gets one slot, and the whole machine
+    wanted = r.config.run.slots if not lane.alone else 1
+    lane.slots = slot_plan.plan(wanted, type(lane.evaluator).uses_gpu)
+    serial = len(lane.slots) == 1 and r.config.proposer.concurrency == 1 and r.shared is None
+    try:
+        if serial:
+            if archive.seed is None:
+                _candidate(r, lane, _sandbox(r, lane, lane.slots[0]), lane.slots[0],
+                           _seed_proposal(target))
+            if not _seed_is_valid(r, lane):
+                return _finish_summary(out, archive, lane.earlier)
+            _search(r, lane, _sandbox(r, lane, lane.slots[0]), lane.slots[0])
+        else:  # the seed and the starts side by side; proposals once the seed is valid
+            lane.seed_to_evaluate = archive.seed is None
+            _search_concurrently(r, [lane], len(lane.slots))
+            if not _seed_is_valid(r, lane):
+                return _finish_summary(out, archive, lane.earlier)
+        r.writer.flush()  # the search's runs are complete before winners read them
+        if not r.budget.stop.is_set() and (  # of several workers, one selects the winner
+                r.shared is None or r.shared.winners_turn(
+                    r, lane, _sandbox(r, lane, lane.slots[0]), lane.slots[0])):
+            out.winner = _select_winner(r, lane, deadline)
+    finally:
+        _close_sandboxes(lane)
+    r.writer.flush()
+    return _finish_summary(out, archive, lane.earlier)
+
+
+@dataclasses.dataclass
+class Horizon:
+    """When a search ends: the deadline less what its targets keep for their winners (one
+    target's slice, or every target of a shared night)."""
+
+    deadline: float
+    shared: bool = False  # several targets' searches at once (share_the_night)
+    reserved_s: dict[str, float] = dataclasses.field(default_factory=dict)  # by target
+
+    @property
+    def search_end(self) -> float:
+        return self.deadline - sum(self.reserved_s.values())
+
+
+@dataclasses.dataclass
+class Lane:
+    """One target's search state within a night (what its candidates share)."""
+
+    entry: TargetEntry
+    evaluator: Evaluator
+    study: optuna.Study
+    names: search.ParamNames
+    archive: Archive
+    out: TargetSummary
+    rng: random.Random
+    kind_text: str
+    trusted_files: dict[str, str]
+    horizon: Horizon
+    earlier: int = 0  # candidates of earlier nights in the archive
+    slice_s: float = 0.0  # the target's part of the night, in seconds
+    starts: list[str] = dataclasses.field(default_factory=list)
+    dup_streak: int = 0
+    seed_to_evaluate: bool = False  # the concurrent search begins with the seed
+    reserve_set: bool = False  # the winner's reserve, from the seed's cost, is applied
+    seed_cost_s: float = 0.0  # what the seed's evaluation cost this night
+    ahead: search.AskAhead | None = None  # the next trial, asked while the serial loop proposes
+    slots: list[Slot] = dataclasses.field(default_factory=list)
+    sandboxes: dict[int, Sandbox] = dataclasses.field(default_factory=dict)  # by slot index
+    # the concurrent search's: proposals made and waiting for a slot, proposals being made,
+    # proposals made or being made whose candidates are not recorded yet, whether the
+    # target's search goes on, proposals left unevaluated when it stopped
+    ready: collections.deque[Proposal] = dataclasses.field(default_factory=collections.deque)
+    making: int = 0
+    flying: int = 0
+    searching: bool = True
+    dropped: int = 0
+
+    def set_slice(self, slice_s: float) -> None:
+        """The target's part of the night; until its seed is measured it keeps
+        CONFIRM_SHARE of it for its winner."""
+        self.slice_s = slice_s
+        self.horizon.reserved_s[self.target.name] = CONFIRM_SHARE * slice_s
+
+    def reserve_for_winner(self, r: Run) -> None:
+        """Once the seed is measured: keep what confirming a winner will take (the seed's
+        cost says what each of its evaluations will take). In a shared night a target keeps
+        that only once it has a contender (a candidate beating the seed by ``min_gain``):
+        a target with none would leave it unused at the end, when no search is left to
+        take it, so it keeps CONFIRM_SHARE of its part until then."""
+        if self.reserve_set or not self.seed_cost_s:
+            return  # a seed of an earlier night: the default share of the slice
+        if self.horizon.shared and not has_contender(self.target, self.archive):
+            return
+        self.reserve_set = True
+        self.horizon.reserved_s[self.target.name] = _winner_reserve(
+            r, self.evaluator, self.seed_cost_s, self.slice_s)
+
+    def drop_reserve(self) -> None:
+        """The seed is not valid: nothing to confirm, the time goes to the other targets."""
+        self.horizon.reserved_s[self.target.name] = 0.0
+
+    @property
+    def search_deadline(self) -> float:
+        return self.horizon.search_end
+
+    @property
+    def reserve_s(self) -> float:
+        return self.horizon.reserved_s.get(self.target.name, 0.0)
+
+    @property
+    def alone(self) -> bool:
+        """Its evaluations cannot run beside others (``Evaluator.concurrent_evaluations``)."""
+        return not type(self.evaluator).concurrent_evaluations
+
+    @property
+    def target(self) -> TargetSpec:
+        return self.entry.spec
+
+
+def _open_lane(r: Run, entry: TargetEntry, horizon: Horizon) -> Lane:
+    """A target's evaluator, study and archive (earlier nights' candidates; a killed
+    night's interrupted ones recorded first), and its starts still to evaluate."""
     target = entry.spec
-    out = TargetSummary(target.name)
     evaluator = evaluators.get(target.kind)(target)
     study = search.open_study(
         r.config.optuna_storage if r.shared is None else r.shared.storage,
@@ -159,98 +325,65 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
         load_archive(r, study, target, archive)
     else:  # workers share the study: only lost workers' trials are recovered
         r.shared.open_target(r, study, target, archive, outputs)
-    earlier = len(archive.entries)  # candidates of earlier nights
-    slice_s = max(0.0, deadline - time.monotonic())
     lane = Lane(
-        entry, evaluator, study, search.ParamNames(study), archive, out,
+        entry, evaluator, study, search.ParamNames(study), archive, TargetSummary(target.name),
         rng=random.Random(f"{r.config.seed}/{target.name}/{len(archive.entries)}"),
-        search_deadline=deadline - CONFIRM_SHARE * slice_s,
         kind_text=evaluator.prompt_text(),
         trusted_files=evaluator.prompt_files(),
-        deadline=deadline,
-        slice_s=slice_s,
+        horizon=horizon,
+        earlier=len(archive.entries),
     )
-    # a kind that cannot evaluate in several threads gets one slot, and the whole machine
-    wanted = r.config.run.slots if type(evaluator).concurrent_evaluations else 1
-    slots = slot_plan.plan(wanted, type(evaluator).uses_gpu)
-    serial = len(slots) == 1 and r.config.proposer.concurrency == 1 and r.shared is None
-    with contextlib.ExitStack() as stack:
-        sandboxes = [stack.enter_context(make_sandbox(r.config, target, evaluator, slot=s))
-                     for s in slots]
-        # the target's other starting programs come first, each a structure of its own
-        lane.starts = [s for s in target.starts
-                       if content_hash(target.start_files(s)) not in archive.hashes]
-        if serial:
-            if archive.seed is None:
-                _candidate(r, lane, sandboxes[0], slots[0], _seed_proposal(target))
-            if not _seed_is_valid(r, lane):
-                return _finish_summary(out, archive, earlier)
-            _search(r, lane, sandboxes[0], slots[0])
-        else:  # the seed and the starts side by side; proposals once the seed is valid
-            lane.seed_to_evaluate = archive.seed is None
-            _search_concurrently(r, lane, list(zip(slots, sandboxes, strict=True)))
-            if not _seed_is_valid(r, lane):
-                return _finish_summary(out, archive, earlier)
-        r.writer.flush()  # the search's runs are complete before winners read them
-        if not r.budget.stop.is_set() and (  # of several workers, one selects the winner
-                r.shared is None or r.shared.winners_turn(r, lane, sandboxes[0], slots[0])):
-
-            def trial(files: dict[str, str], summary: str, parent: str) -> ArchiveEntry | None:
-                """A reduced program, evaluated as a candidate of its own."""
-                proposal = Proposal("minimize", parent, files, summary,
-                                    fixed_knobs=knobs.values_of(files))
-                _candidate(r, lane, sandboxes[0], slots[0], proposal)
-                cid = archive.hashes.get(content_hash(files))
-                return archive.get(cid) if cid else None
-
-            # reduction trials are candidates too: they count against the budgets
-            left = [r.config.stats.minimize_trials]
-            if r.config.budget.max_candidates:
-                left.append(r.config.budget.max_candidates - r.budget.candidates)
-            if entry.max_candidates:
-                left.append(entry.max_candidates - out.candidates)
-            out.winner = select_winner(r, target, evaluator, sandboxes[0], study, archive,
-                                       evaluate=trial, deadline=deadline,
-                                       max_trials=max(0, min(left)))
-    r.writer.flush()
-    return _finish_summary(out, archive, earlier)
+    # the target's other starting programs come first, each a structure of its own
+    lane.starts = [s for s in target.starts
+                   if content_hash(target.start_files(s)) not in archive.hashes]
+    return lane
 
 
-@dataclasses.dataclass
-class Lane:
-    """One target's search state within a night (what its candidates share)."""
+def _night_width(config: ExperimentConfig) -> int:
+    """Slots of a night: the most any target's kind that evaluates beside others is
+    planned (a kind that cannot gets one slot, and runs alone)."""
+    kinds = {evaluators.get(e.spec.kind) for e in config.targets}
+    return max((slot_plan.count(config.run.slots, kind.uses_gpu) for kind in kinds
+                if kind.concurrent_evaluations), default=1)
 
-    entry: TargetEntry
-    evaluator: Evaluator
-    study: optuna.Study
-    names: search.ParamNames
-    archive: Archive
-    out: TargetSummary
-    rng: random.Random
-    search_deadline: float
-    kind_text: str
-    trusted_files: dict[str, str]
-    deadline: float = 0.0  # the end of the target's slice
-    slice_s: float = 0.0
-    starts: list[str] = dataclasses.field(default_factory=list)
-    dup_streak: int = 0
-    seed_to_evaluate: bool = False  # the concurrent search begins with the seed
-    reserve_set: bool = False  # the winner's reserve, from the seed's cost, is applied
-    seed_cost_s: float = 0.0  # what the seed's evaluation cost this night
-    ahead: search.AskAhead | None = None  # the next trial, asked while the serial loop proposes
 
-    def reserve_for_winner(self, r: Run) -> None:
-        """Once the seed is measured: keep what confirming a winner will take (the seed's
-        cost says what each of its evaluations will take)."""
-        if self.reserve_set or not self.seed_cost_s:
-            return  # a seed of an earlier night: the default share of the slice
-        self.reserve_set = True
-        self.search_deadline = self.deadline - _winner_reserve(
-            r, self.evaluator, self.seed_cost_s, self.slice_s)
+def _sandbox(r: Run, lane: Lane, slot: Slot) -> Sandbox:
+    """The target's sandbox on ``slot``, made the first time it is needed (only that slot's
+    thread uses it; a kind that runs alone has one)."""
+    if slot.index not in lane.sandboxes:
+        lane.sandboxes[slot.index] = make_sandbox(r.config, lane.target, lane.evaluator,
+                                                  slot=slot)
+    return lane.sandboxes[slot.index]
 
-    @property
-    def target(self) -> TargetSpec:
-        return self.entry.spec
+
+def _close_sandboxes(lane: Lane) -> None:
+    for sandbox in lane.sandboxes.values():
+        sandbox.close()
+    lane.sandboxes.clear()
+
+
+def _select_winner(r: Run, lane: Lane, deadline: float) -> dict[str, Any] | None:
+    """The target's winner: its best candidates reduced and confirmed against the seed
+    (optimizer.winners) on its first slot, before ``deadline``."""
+    target, archive, out = lane.target, lane.archive, lane.out
+    sandbox, slot = _sandbox(r, lane, lane.slots[0]), lane.slots[0]
+
+    def trial(files: dict[str, str], summary: str, parent: str) -> ArchiveEntry | None:
+        """A reduced program, evaluated as a candidate of its own."""
+        proposal = Proposal("minimize", parent, files, summary,
+                            fixed_knobs=knobs.values_of(files))
+        _candidate(r, lane, sandbox, slot, proposal)
+        cid = archive.hashes.get(content_hash(files))
+        return archive.get(cid) if cid else None
+
+    # reduction trials are candidates too: they count against the budgets
+    left = [r.config.stats.minimize_trials]
+    if r.config.budget.max_candidates:
+        left.append(r.config.budget.max_candidates - r.budget.candidates)
+    if lane.entry.max_candidates:
+        left.append(lane.entry.max_candidates - out.candidates)
+    return select_winner(r, target, lane.evaluator, sandbox, lane.study, archive,
+                         evaluate=trial, deadline=deadline, max_trials=max(0, min(left)))
 
 
 def _seed_proposal(target: TargetSpec) -> Proposal:
@@ -293,83 +426,133 @@ def _search_held(r: Run, lane: Lane, sandbox: Sandbox, slot: Slot) -> None:
             break
 
 
-def _search_concurrently(r: Run, lane: Lane, slots: list[tuple[Slot, Sandbox]]) -> None:
-    """The same search with ``proposer.concurrency`` proposals being made while every slot
-    evaluates one candidate and one thread records the evaluated ones. Proposing and
-    evaluating run unlocked; everything that touches the archive, the study, git or the
-    budgets holds ``lock`` (MLflow is the writer thread's alone). A proposal still queued
-    when the slice ends, a stop is asked for or the duplicate streak is reached is not
-    evaluated (no trial, no branch). Trials are asked when a slot admits its candidate
-    (the study changes meanwhile: asking ahead would gain nothing exact)."""
+def _search_concurrently(r: Run, lanes: list[Lane], width: int) -> None:
+    """The search of one or several targets with ``width`` slots evaluating a candidate
+    each, ``proposer.concurrency`` proposals being made meanwhile and one thread recording
+    the evaluated ones. A free slot takes the next proposal of the target furthest behind
+    its share (``sharing.Shares``); a proposer makes the next one for the target furthest
+    behind counting what it has waiting. A target whose kind cannot evaluate beside others
+    evaluates alone (``sharing.Gate``), on its one slot. Proposing and evaluating run
+    unlocked; everything that touches an archive, a study, git or the budgets holds ``lock``
+    (MLflow is the writer thread's alone). A target's search ends when its next job is none
+    (its seed is not valid, the night's search is over, a candidate limit, a budget: the
+    last stops every target) or at its duplicate streak; a proposal still waiting then is not
+    evaluated (no trial, no branch). Trials are asked when a slot admits its candidate."""
     lock = threading.RLock()  # re-entered by the store guards of a candidate admitted under it
-    work: queue.Queue[Proposal | None] = queue.Queue(maxsize=len(slots))
-    done = threading.Event()
+    changed = threading.Condition(lock)  # a proposal made, a slot freed, a search over
+    shares = sharing.Shares(lane.entry.share for lane in lanes)
+    gate = sharing.Gate()
+    waiting_room = width + r.config.proposer.concurrency  # proposals made or being made
     errors: list[BaseException] = []
-    settling: queue.Queue[tuple[_Admitted, EvalResult, str] | None] = queue.Queue(
-        maxsize=2 * len(slots))
-    flying = [0]  # proposals made or being made whose candidates are not settled yet
-    dropped = [0]
+    settling: queue.Queue[tuple[Lane, _Admitted, EvalResult, str] | None] = queue.Queue(
+        maxsize=2 * width)
 
     def guarded(part: str) -> contextlib.AbstractContextManager[Any]:
         return lock
 
     def fail(exc: BaseException) -> None:
-        with lock:
+        with changed:
             errors.append(exc)
-        done.set()
+            changed.notify_all()
+
+    def more_to_come() -> bool:
+        return not errors and any(x.searching or x.ready or x.making for x in lanes)
+
+    def next_job() -> tuple[Lane, Proposal | ProposalContext] | None:
+        """The job a proposer takes next (under ``lock``), or None for now."""
+        queued = {i: len(x.ready) + x.making for i, x in enumerate(lanes)}
+        if sum(queued.values()) >= waiting_room:
+            return None
+        for i in shares.by_need([i for i, x in enumerate(lanes) if x.searching], queued):
+            lane = lanes[i]
+            job = _next_job(r, lane, lanes)
+            if job is None:
+                _stop_search(lane, lanes if r.summary.stop_reason else [lane])
+                changed.notify_all()
+            elif job is not _WAIT:  # _WAIT: a limit reached only by candidates in flight
+                lane.flying += 1
+                lane.making += 1
+                return lane, job
+        return None
 
     def proposing() -> None:
         try:
-            while not done.is_set():
-                with lock:
-                    job = _next_job(r, lane, flying[0])
-                    if job is None:
-                        break
-                    if job is _WAIT:  # a limit reached only by candidates still in flight
-                        job = None
-                    else:
-                        flying[0] += 1
-                if job is None:
-                    time.sleep(0.05)  # one of them may yet be a duplicate: then go on
-                    continue
-                proposal = job if isinstance(job, Proposal) else _propose(r, lane, job)
-                with lock:
-                    _record_usage(r, lane, proposal)
-                while True:
-                    try:
-                        work.put(proposal, timeout=0.2)
-                        break
-                    except queue.Full:
-                        if errors:
+            while True:
+                with changed:
+                    while (taken := next_job()) is None:
+                        if errors or not any(x.searching for x in lanes):
                             return
+                        changed.wait(0.05)  # a seed's verdict, a duplicate: then go on
+                lane, job = taken
+                proposal = job if isinstance(job, Proposal) else _propose(r, lane, job)
+                with changed:
+                    _record_usage(r, lane, proposal)
+                    lane.making -= 1
+                    lane.ready.append(proposal)
+                    changed.notify_all()
         except BaseException as exc:  # noqa: BLE001 - re-raised by the caller's thread
             fail(exc)
-        finally:
-            done.set()  # one proposer that stops stops them all: the budgets are shared
 
-    def evaluating(slot: Slot, sandbox: Sandbox) -> None:
-        while (proposal := work.get()) is not None:
-            if errors:
+    def take() -> tuple[Lane, Proposal, int] | None:
+        """The next proposal a free slot evaluates and its job's handle; None when the
+        search is over (under ``lock``; waits for a proposal and for the gate). Proposals
+        too late to evaluate are dropped first, without waiting for the gate."""
+        while True:
+            for lane in lanes:
+                if lane.ready and (errors or _too_late(r, lane)):
+                    lane.dropped += len(lane.ready)
+                    lane.flying -= len(lane.ready)
+                    lane.ready.clear()
+                    _release(lane)
+            ready = [i for i, x in enumerate(lanes) if x.ready]
+            i = shares.most_behind(ready) if gate.open() else None
+            if i is None:
+                if not more_to_come():
+                    return None
+                changed.wait(0.2)
                 continue
+            lane = lanes[i]
+            gate.enter(lane.alone)
+            while lane.alone and not gate.drained():  # the machine to itself
+                changed.wait(0.2)
+            if lane.ready and not errors and not _too_late(r, lane):
+                return lane, lane.ready.popleft(), shares.begin(i, width if lane.alone else 1)
+            gate.leave(lane.alone)  # dropped or too late meanwhile: choose again
+            changed.notify_all()
+
+    def evaluating(index: int) -> None:
+        while True:
             try:
-                late = (r.budget.stop.is_set() or time.monotonic() >= lane.search_deadline
-                        or lane.dup_streak >= MAX_DUPLICATES_IN_A_ROW)
-                with lock:
-                    admitted = None if late else _admit(r, lane, proposal, guarded)
-                    if late:
-                        dropped[0] += 1
-                if isinstance(admitted, _Admitted):
-                    result, eval_log = evaluate_candidate(
-                        r, lane.target, lane.evaluator, sandbox, admitted.cand.id,
-                        admitted.cand_dir, slot=slot)
-                    settling.put((admitted, result, eval_log))  # the slot takes the next one
-                    continue
-                with lock:
-                    flying[0] -= 1
-                    if _duplicate_streak(lane, admitted is not False):
-                        done.set()
+                with changed:
+                    taken = take()
             except BaseException as exc:  # noqa: BLE001 - re-raised by the caller's thread
                 fail(exc)
+                return
+            if taken is None:
+                return
+            lane, proposal, job = taken
+            try:
+                with changed:
+                    admitted = _admit(r, lane, proposal, guarded)
+                if isinstance(admitted, _Admitted):
+                    slot = lane.slots[0 if lane.alone else index]
+                    result, eval_log = evaluate_candidate(
+                        r, lane.target, lane.evaluator, _sandbox(r, lane, slot),
+                        admitted.cand.id, admitted.cand_dir, slot=slot)
+                    settling.put((lane, admitted, result, eval_log))  # take the next one
+                    continue
+                with changed:
+                    lane.flying -= 1
+                    if _duplicate_streak(lane, admitted is not False):
+                        _stop_search(lane, [lane])
+                    _release(lane)
+            except BaseException as exc:  # noqa: BLE001 - re-raised by the caller's thread
+                fail(exc)
+            finally:
+                with changed:
+                    shares.end(job)
+                    gate.leave(lane.alone)
+                    changed.notify_all()
 
     def recording() -> None:
         """Records evaluated candidates in order (branch, MLflow, trial, archive) off the
@@ -378,55 +561,94 @@ def _search_concurrently(r: Run, lane: Lane, slots: list[tuple[Slot, Sandbox]]) 
         while (item := settling.get()) is not None:
             if errors:
                 continue
+            lane, admitted, result, eval_log = item
             try:
-                _settle(r, lane, *item, guard=guarded)
-                with lock:
-                    flying[0] -= 1
+                _settle(r, lane, admitted, result, eval_log, guard=guarded)
+                with changed:
+                    lane.flying -= 1
                     _duplicate_streak(lane, True)
+                    lane.reserve_for_winner(r)  # a contender keeps its winner's time
+                    _release(lane)
+                    changed.notify_all()
             except BaseException as exc:  # noqa: BLE001 - re-raised by the caller's thread
                 fail(exc)
 
     workers = [threading.Thread(target=proposing, name=f"propose-{i}", daemon=True)
                for i in range(r.config.proposer.concurrency)]
-    slot_threads = [threading.Thread(target=evaluating, args=pair, daemon=True,
-                                     name=f"slot-{pair[0].index}") for pair in slots]
+    slot_threads = [threading.Thread(target=evaluating, args=(i,), daemon=True,
+                                     name=f"slot-{i}") for i in range(width)]
     recorder = threading.Thread(target=recording, name="record", daemon=True)
     for t in (*workers, *slot_threads, recorder):
         t.start()
-    for t in workers:
-        t.join()
-    for _ in slot_threads:
-        work.put(None)
-    for t in slot_threads:
+    for t in (*workers, *slot_threads):
         t.join()
     settling.put(None)
     recorder.join()
     if errors:
         raise errors[0]
-    if dropped[0]:
-        r.say(f"[{lane.target.name}] {dropped[0]} proposal(s) still queued when the search "
-              "stopped were not evaluated")
+    for lane in lanes:
+        if lane.dropped:
+            r.say(f"[{lane.target.name}] {lane.dropped} proposal(s) still queued when the "
+                  "search stopped were not evaluated")
     stop = r.budget.exhausted()
     if stop and not r.summary.stop_reason:
         r.summary.stop_reason = stop
 
 
+def _stop_search(lane: Lane, lanes: list[Lane]) -> None:
+    """``lanes``' searches are over (a budget of the whole night stops every target); a
+    target whose seed is not valid keeps nothing for a winner."""
+    for x in lanes:
+        x.searching = False
+    if _seed_is_out(lane):
+        lane.drop_reserve()
+    _release(lane)
+
+
+def _too_late(r: Run, lane: Lane) -> bool:
+    """Whether a proposal of ``lane`` still waiting for a slot is not evaluated: a stop
+    was asked for, the search is over, the target's duplicate streak is reached or its
+    seed is not valid."""
+    return (r.budget.stop.is_set() or time.monotonic() >= lane.search_deadline
+            or lane.dup_streak >= MAX_DUPLICATES_IN_A_ROW or _seed_is_out(lane))
+
+
+def _seed_is_out(lane: Lane) -> bool:
+    seed = lane.archive.seed
+    return seed is not None and seed.state is not CandidateState.VALID
+
+
+def _release(lane: Lane) -> None:
+    """A target out of the night with nothing in flight closes its sandboxes at once
+    (a kernel kind's warm process holds torch and triton, 370 MB: five kernel targets
+    without a GPU held ten of them until the night's end)."""
+    if not lane.searching and not lane.flying and _seed_is_out(lane):
+        _close_sandboxes(lane)
+
+
 _WAIT = Proposal("wait", None, {})  # see _next_job
 
 
-def _next_job(r: Run, lane: Lane, flying: int = 0) -> Proposal | ProposalContext | None:
+def _next_job(r: Run, lane: Lane, lanes: list[Lane] | None = None,
+              ) -> Proposal | ProposalContext | None:
     """What to evaluate next: a declared start, or the context to propose from; None when
-    the target's search is over. ``flying`` proposals are still being made or evaluated:
-    while they alone fill a candidate limit the answer is ``_WAIT`` (ask again)."""
+    the target's search is over. ``lanes`` are the targets searched at once (``lane`` among
+    them): their proposals still being made or evaluated (``Lane.flying``) count against
+    the budgets, and while they alone fill a candidate limit the answer is ``_WAIT`` (ask
+    again)."""
     target, out, archive = lane.target, lane.out, lane.archive
-    next_usd = r.ledger.estimate_next_usd(target.name) * (1 + flying) if r.budget.usd else 0.0
+    lanes = lanes or [lane]
+    flying, in_flight = lane.flying, sum(x.flying for x in lanes)
+    next_usd = (r.ledger.estimate_next_usd(target.name)
+                + sum(r.ledger.estimate_next_usd(x.target.name) * x.flying for x in lanes)
+                if r.budget.usd else 0.0)
     stop = r.budget.exhausted(next_usd)
     if stop:  # a budget of the whole run: no other target starts either
         r.summary.stop_reason = stop
         return None
     if time.monotonic() >= lane.search_deadline:
         return None
-    if r.budget.max_candidates and r.budget.candidates + flying >= r.budget.max_candidates:
+    if r.budget.max_candidates and r.budget.candidates + in_flight >= r.budget.max_candidates:
         return _WAIT
     if lane.entry.max_candidates and out.candidates + flying >= lane.entry.max_candidates:
         return _WAIT if out.candidates < lane.entry.max_candidates else None
@@ -437,6 +659,8 @@ def _next_job(r: Run, lane: Lane, flying: int = 0) -> Proposal | ProposalContext
     if lane.seed_to_evaluate:
         lane.seed_to_evaluate = False
         return _seed_proposal(target)
+    if _seed_is_out(lane):
+        return None  # nothing to improve on: the target's starts are not evaluated either
     if lane.starts:
         start = lane.starts.pop(0)
         files = target.start_files(start)
@@ -444,8 +668,6 @@ def _next_job(r: Run, lane: Lane, flying: int = 0) -> Proposal | ProposalContext
                         fixed_knobs=knobs.values_of(files))
     if archive.seed is None:
         return _WAIT  # the seed is still being evaluated
-    if archive.seed.state is not CandidateState.VALID:
-        return None
     lane.reserve_for_winner(r)
     if time.monotonic() >= lane.search_deadline:
         return None

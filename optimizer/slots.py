@@ -58,21 +58,30 @@ def visible_gpus(dev: Path = Path("/dev")) -> list[str]:
     return sorted((n.removeprefix("nvidia") for n in nodes), key=int)
 
 
+def count(slots: int, uses_gpu: bool, *, gpus: list[str] | None = None) -> int:
+    """How many slots ``plan`` gives: ``slots``, or with 0 one per visible GPU for a kind
+    that uses one, else 1."""
+    gpu_list = (visible_gpus() if gpus is None else gpus) if uses_gpu else []
+    return slots or max(1, len(gpu_list))
+
+
 def plan(slots: int, uses_gpu: bool, *, gpus: list[str] | None = None,
-         cpus: list[int] | None = None) -> list[Slot]:
+         cpus: list[int] | None = None, locks: dict[object, Any] | None = None) -> list[Slot]:
     """``slots`` slots (0: one per visible GPU for a kind that uses one, else 1).
 
     GPU slots go round the GPUs (several slots on one GPU share its timing lock); the
     machine's cores are split between the slots, each slot a contiguous share. On the CPU
     each slot's cores are its device: slots share a lock only when there are more slots
-    than cores."""
+    than cores. ``locks`` holds the timing locks by device: plans of several kinds given
+    the same dict share the lock of each device they both use (a night of several targets
+    on one machine)."""
     gpu_list = (visible_gpus() if gpus is None else gpus) if uses_gpu else []
-    n = slots or max(1, len(gpu_list))
+    n = count(slots, uses_gpu, gpus=gpu_list)
     if n == 1:
         return [Slot(0, gpu_list[0] if len(gpu_list) > 1 else None)]
     cores = sorted(os.sched_getaffinity(0)) if cpus is None else sorted(cpus)
     groups = _split(cores, n)
-    locks: dict[object, Any] = {}
+    locks = {} if locks is None else locks
     out = []
     for i in range(n):
         gpu = gpu_list[i % len(gpu_list)] if gpu_list else None

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from optimizer import syntax
 from optimizer.errors import ConfigError
 
 _TARGET_KEYS = {
@@ -264,7 +265,7 @@ def constraint_error(expr: str) -> str:
     """Why ``expr`` is not a knob constraint ("" when it is one): numbers, knob names,
     arithmetic, comparisons, and/or/not; nothing else (no calls, no attributes)."""
     try:
-        tree = ast.parse(expr, mode="eval")
+        tree = syntax.parse_expression(expr)
     except SyntaxError as exc:
         return f"not an expression ({exc.msg})"
     for node in ast.walk(tree):
@@ -281,7 +282,7 @@ def broken_constraint(constraints: tuple[str, ...], values: Mapping[str, Any]) -
     """The first constraint ``values`` break; one naming a knob the program does not
     declare (a rewrite removed it) is not checked."""
     for expr in constraints:
-        tree = ast.parse(expr, mode="eval")
+        tree = syntax.parse_expression(expr)
         names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
         if not names <= set(values):
             continue

@@ -20,7 +20,7 @@ from optimizer.archive import Archive
 from optimizer.evaluation import device_for, fresh_context
 from optimizer.minimize import Evaluate, Gate, reduce
 from optimizer.night import Run
-from optimizer.records import ArchiveEntry, CandidateRecord, program_metrics
+from optimizer.records import ArchiveEntry, CandidateRecord, CandidateState, program_metrics
 from optimizer.sandbox import Sandbox
 from optimizer.targets import TargetSpec
 
@@ -55,11 +55,8 @@ def select_winner(
     seed = archive.seed
     assert seed is not None
     minimize = target.primary.minimize
-    contenders = [e for e in archive.best_per_structure() if e.id != seed.id][:3]
-    for i, best in enumerate(contenders):
-        if not stats.exact_improvement(
-            seed.objectives[0], best.objectives[0], minimize=minimize, min_gain=target.min_gain
-        ):
+    for i, best in enumerate(_contenders(archive)):
+        if not _beats_seed(target, seed, best):
             which = "best" if i == 0 else "next structure's best"
             r.say(
                 f"[{target.name}] no winner: {which} {best.id} ({best.objectives[0]:.6g}) is "
@@ -94,6 +91,27 @@ def select_winner(
                                                  evidence), best, evidence)
         r.say(f"[{target.name}] {best.id} not confirmed: {evidence['headline']}")
     return None
+
+
+def has_contender(target: TargetSpec, archive: Archive) -> bool:
+    """Whether the target has a candidate that :func:`select_winner` would go on to reduce
+    and confirm: its best structure's best beats a valid seed by ``min_gain``."""
+    seed = archive.seed
+    if seed is None or seed.state is not CandidateState.VALID or not seed.objectives:
+        return False
+    best = next(iter(_contenders(archive)), None)
+    return best is not None and _beats_seed(target, seed, best)
+
+
+def _contenders(archive: Archive) -> list[ArchiveEntry]:
+    """The best candidate of each of the three best structures but the seed's."""
+    assert archive.seed is not None
+    return [e for e in archive.best_per_structure() if e.id != archive.seed.id][:3]
+
+
+def _beats_seed(target: TargetSpec, seed: ArchiveEntry, entry: ArchiveEntry) -> bool:
+    return stats.exact_improvement(seed.objectives[0], entry.objectives[0],
+                                   minimize=target.primary.minimize, min_gain=target.min_gain)
 
 
 def reduction_base(archive: Archive, best: ArchiveEntry) -> ArchiveEntry:

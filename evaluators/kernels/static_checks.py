@@ -24,6 +24,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from optimizer import syntax
+
 ALLOWED_IMPORTS = ("torch", "triton", "math", "typing", "functools", "__future__")
 # torch.<name> calls that only allocate, describe or convert metadata
 TORCH_ALLOWED = {
@@ -321,7 +323,7 @@ def check_source(source: str, filename: str = "kernel.py", *, allow_tf32: bool =
                  require_model: bool = True) -> list[Finding]:
     """Every rule the source breaks (empty when it passes)."""
     try:
-        tree = ast.parse(source, filename=filename)
+        tree = syntax.parse(source, filename=filename)
     except SyntaxError as exc:
         return [Finding(exc.lineno or 0, "syntax", exc.msg)]
     checker = _Checker(allow_tf32)

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from optimizer import syntax
 from optimizer.edits import evolve_regions
 from optimizer.knobs import (
     Knob,
@@ -144,7 +145,7 @@ class _Finder:
         ):
             return
         try:  # guards against a position that does not hold the literal
-            if ast.literal_eval(old) != value:
+            if syntax.literal_eval(old) != value:
                 return
         except (ValueError, SyntaxError):
             return
@@ -324,7 +325,7 @@ class OfflineProposer(Proposer):
                 continue
             source = files[path]
             try:
-                tree = ast.parse(source)
+                tree = syntax.parse(source)
                 regions = evolve_regions(source)
                 declared = parse_knobs(source, path)
             except SyntaxError as exc:
@@ -350,7 +351,7 @@ class OfflineProposer(Proposer):
                 for path in sorted({site.file for site in chosen}):
                     mine = [(s, n) for s, n in edits if s.file == path]
                     new_files[path] = _splice(files[path], mine)
-                    ast.parse(new_files[path])
+                    syntax.parse(new_files[path])
             except SyntaxError:
                 continue  # e.g. a literal glued to an attribute; draw other sites
             edits.sort(key=lambda e: (e[0].file, e[0].start))

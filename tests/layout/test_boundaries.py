@@ -107,7 +107,8 @@ def test_the_walk_sees_a_circle_when_there_is_one() -> None:
     assert _cycle(graph) is not None
 
 
-LEAF = {"optimizer", "optimizer.records", "optimizer.targets", "optimizer.errors"}
+LEAF = {"optimizer", "optimizer.records", "optimizer.targets", "optimizer.errors",
+        "optimizer.syntax"}
 
 
 def test_evaluators_import_only_the_leaf_vocabulary_of_the_engine() -> None:

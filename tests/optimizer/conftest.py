@@ -153,6 +153,27 @@ def make_toy_repo(repo: Path, evaluate: str = TOY_EVALUATE) -> Path:
     return repo
 
 
+def add_toy_target(repo: Path, name: str, evaluate: str | None = None,
+                   kind: str = "function") -> Path:
+    """A copy of the toy target named ``name`` (its own ``evaluate.py`` and ``kind`` if
+    given), committed, for nights of several targets; returns its folder."""
+    src, dst = repo / "targets" / "function" / "toy", repo / "targets" / "function" / name
+    shutil.copytree(src, dst)
+    (dst / "target.toml").write_text(TOY_TARGET.replace('name = "toy"', f'name = "{name}"')
+                                     .replace('kind = "function"', f'kind = "{kind}"'))
+    if evaluate is not None:
+        (dst / "evaluate.py").write_text(evaluate)
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", f"target {name}")
+    return dst
+
+
+@pytest.fixture
+def toy_target_adder():
+    """The ``add_toy_target`` helper, as a fixture."""
+    return add_toy_target
+
+
 @pytest.fixture
 def toy_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A git repository with one committed toy target and an experiment file."""

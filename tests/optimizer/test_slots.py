@@ -36,6 +36,26 @@ def test_cpu_slots_own_their_cores_and_share_locks_only_when_cores_run_out() -> 
     assert three[0].timing is three[1].timing is three[2].timing
 
 
+def test_plans_given_one_lock_registry_share_each_devices_lock() -> None:
+    """Two kinds in one night: the kernel kind's slot on GPU 0 and another GPU kind's
+    share GPU 0's timing lock; CPU slots on the same cores share theirs; a plan of its own
+    shares nothing."""
+    locks: dict[object, object] = {}
+    gpu_a = slot_plan.plan(2, True, gpus=["0", "1"], cpus=[0, 1], locks=locks)
+    gpu_b = slot_plan.plan(2, True, gpus=["0", "1"], cpus=[0, 1], locks=locks)
+    cpu_a = slot_plan.plan(2, False, cpus=[0, 1], locks=locks)
+    cpu_b = slot_plan.plan(2, False, cpus=[0, 1], locks=locks)
+    apart = slot_plan.plan(2, False, cpus=[0, 1])
+    for a, b in ((gpu_a, gpu_b), (cpu_a, cpu_b)):
+        assert [x.timing for x in a] == [x.timing for x in b]
+        assert a[0].timing is not a[1].timing
+    assert gpu_a[0].timing is not cpu_a[0].timing  # a GPU is not the cores beside it
+    assert all(x.timing is not y.timing for x, y in zip(apart, cpu_a, strict=True))
+    assert slot_plan.count(0, True, gpus=["0", "1", "2"]) == 3
+    assert slot_plan.count(0, False, gpus=["0", "1", "2"]) == 1
+    assert slot_plan.count(2, False) == 2
+
+
 def test_visible_gpus_from_the_environment_or_the_device_nodes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert slot_plan.visible_gpus(tmp_path) == []  # no driver: no GPU
