@@ -580,10 +580,9 @@ def _search_concurrently(r: Run, lanes: list[Lane], width: int) -> None:
     recorder = threading.Thread(target=recording, name="record", daemon=True)
     for t in (*workers, *slot_threads, recorder):
         t.start()
-    for t in (*workers, *slot_threads):
-        t.join()
+    _join(*workers, *slot_threads)
     settling.put(None)
-    recorder.join()
+    _join(recorder)
     if errors:
         raise errors[0]
     for lane in lanes:
@@ -624,6 +623,15 @@ def _release(lane: Lane) -> None:
     without a GPU held ten of them until the night's end)."""
     if not lane.searching and not lane.flying and _seed_is_out(lane):
         _close_sandboxes(lane)
+
+
+def _join(*threads: threading.Thread) -> None:
+    """Wait for ``threads`` in short turns: a Ctrl-C that the kernel hands to another thread
+    only marks the signal, and Python runs its handler in the main thread when that thread
+    next runs Python code; a join without a timeout would keep it waiting all night."""
+    for t in threads:
+        while t.is_alive():
+            t.join(timeout=0.1)
 
 
 _WAIT = Proposal("wait", None, {})  # see _next_job

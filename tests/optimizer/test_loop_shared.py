@@ -192,16 +192,22 @@ def test_a_target_whose_seed_is_invalid_leaves_its_time_to_the_others(
     summary = run(cfg, say=lambda s: None)
 
     by = {t.target: t for t in summary.targets}
-    # the seed, and at most the one start a slot took beside it before its verdict
-    assert by["broken"].states["INVALID"] == 1 and by["broken"].candidates <= 2, by["broken"]
+    # the seed, and the starts the other slot took beside it before its verdict (as many
+    # as fit in the seed's evaluation on a loaded machine), none after
+    assert by["broken"].states["INVALID"] == 1, by["broken"]
     assert "not valid" in by["broken"].note
     (horizon,) = horizons
     assert horizon.reserved_s["broken"] == 0.0
     assert horizon.search_end == pytest.approx(horizon.deadline - horizon.reserved_s["fine"])
     evals = _evaluations(tmp_path / "evals.jsonl")
+    (seed_eval,) = [e for e in evals if e[2] == "refused"]
+    starts = [e for e in evals if e[2] == "broken"]
+    assert by["broken"].candidates == 1 + len(starts) < 5, by["broken"]
+    # between the seed's refusal and its verdict (recorded by another thread) each of the
+    # two slots may take one more
+    assert sum(e[0] > seed_eval[1] for e in starts) <= 2, (seed_eval, starts)
     fine = [e for e in evals if e[2] == "fine"]
-    (refused,) = [e for e in evals if e[2] == "refused"]
-    after = [e for e in fine if e[0] > refused[1]]
+    after = [e for e in fine if e[0] > seed_eval[1]]
     pairs = sum(1 for i, a in enumerate(after) for b in after[i + 1:] if _overlap(a, b))
     assert pairs >= 5, f"the fine target did not have both slots: {after}"
     # the search went on until its end (a candidate starts within one evaluation of it)
@@ -269,13 +275,17 @@ def test_several_targets_share_one_study_each_and_stores_agree(
     assert status["consistent"], status
 
 
+@pytest.mark.parametrize("to", ["process", "proposer thread"])
 def test_ctrl_c_stops_every_target_and_records_what_is_in_flight(
         toy_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, two_cores: None,
-        toy_target_adder, slow_evaluate: str) -> None:
+        toy_target_adder, slow_evaluate: str, to: str) -> None:
     """The first Ctrl-C of a shared night: no target takes another proposal, what is in
-    flight is recorded, no winner is selected, and the stores agree."""
+    flight is recorded, no winner is selected, and the stores agree. The kernel may hand a
+    Ctrl-C to any thread of the process; handed to a proposer's, it stopped the night only
+    at its end while the main thread waited on a join without a timeout."""
     import os
     import signal
+    import threading
 
     from optimizer.proposers.offline import OfflineProposer
 
@@ -285,7 +295,10 @@ def test_ctrl_c_stops_every_target_and_records_what_is_in_flight(
         def propose(self, context):  # type: ignore[no-untyped-def]
             Interrupting.made += 1
             if Interrupting.made == 8:
-                os.kill(os.getpid(), signal.SIGINT)
+                if to == "process":
+                    os.kill(os.getpid(), signal.SIGINT)
+                else:
+                    signal.pthread_kill(threading.get_ident(), signal.SIGINT)
             return super().propose(context)
 
     repo = _repo(toy_repo, toy_target_adder, slow_evaluate, one="", two="")
