@@ -21,7 +21,10 @@ SECRET = "sk-test-secret-4f1c9a77-never-leak"
 # The memory bomb writes every page it allocates: up to the engine's default 16 GiB limit
 # that took 41 s on a loaded 2-core machine. A 2 GiB sandbox (as an experiment's [sandbox]
 # memory_mb sets it) reaches the same MemoryError in a second or two.
-EXTRA_SETTINGS = {"memory_bomb": ["--set", "sandbox.memory_mb=2048"]}
+# the disk filler writes the whole 1 GiB file-size limit before it fails: 5-6 s on the
+# development machine, past 8 s when its disk is busy
+EXTRA_SETTINGS = {"memory_bomb": ["--set", "sandbox.memory_mb=2048"],
+                  "disk_fill": ["--set", "timeout_s=30"]}
 
 
 def _expected(program: Path) -> tuple[str, str]:
