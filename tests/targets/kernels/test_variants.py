@@ -72,13 +72,15 @@ print("ok")
 """
 
 
-@pytest.mark.parametrize("target", ["rmsnorm", "layernorm"])
-def test_two_tile_rows_are_right_with_and_without_a_tail(target):
+@pytest.mark.parametrize("rel", ["rmsnorm/variants/two_tiles.py",
+                                 "layernorm/variants/two_tiles.py",
+                                 "layernorm/variants/persistent_tiles.py"])
+def test_two_tile_rows_are_right_with_and_without_a_tail(rel):
     import os
     import subprocess
     import sys
 
-    path = KERNELS / target / "variants" / "two_tiles.py"
+    path = KERNELS / rel
     done = subprocess.run([sys.executable, "-c", _TWO_TILES, str(path)], capture_output=True,
                           text=True, timeout=300, env={**os.environ, "TRITON_INTERPRET": "1"})
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
