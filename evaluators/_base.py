@@ -196,6 +196,13 @@ class Evaluator(ABC):
         held-out workload (``held_out``)."""
         return "paired" if self.target.noise == "timing" else "exact"
 
+    def confirmation_evaluations(self, repeats: int) -> float:
+        """What confirming a winner costs, in evaluations of a candidate (the engine keeps
+        that much of a target's time for its winner): ``repeats`` interleaved pairs of
+        candidate and seed for a ``"paired"`` confirmation, the two held-out runs for an
+        ``"exact"`` one. A kind whose comparison times many pairs in one call says less."""
+        return 2.0 * repeats if self.confirmation() == "paired" else 2.0
+
     def outputs(self, result: EvalResult, io_dir: Path) -> Outputs:
         """Curves and files of an evaluation to log besides its metrics."""
         return Outputs()

@@ -18,6 +18,7 @@ import dataclasses
 import json
 import queue
 import random
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +39,7 @@ from optimizer.budget import Budget, StopOnSigint
 from optimizer.config import ExperimentConfig, TargetEntry
 from optimizer.errors import ProposalError
 from optimizer.evaluation import evaluate_candidate, io_dir_of, log_outputs, make_sandbox
+from optimizer.minimize import planned_trials
 from optimizer.night import (
     Run,
     RunSummary,
@@ -66,12 +68,13 @@ from optimizer.stores import enable_fast_sqlite
 from optimizer.targets import TargetSpec, broken_constraint
 from optimizer.tracking import Tracker
 from optimizer.vcs import Workspace
-from optimizer.winners import has_contender, select_winner
+from optimizer.winners import best_contender, reduction_base, select_winner
 
 MAX_DUPLICATES_IN_A_ROW = 40
 MAX_CONSTRAINED_ASKS = 16  # knob samples tried per proposal against the target's constraints
 CONFIRM_SHARE = 0.15  # of a target's part of the night, kept for confirming its winner at least
 MAX_CONFIRM_SHARE = 0.5  # and at most, however slow its evaluations
+TYPICAL_OF = 10  # candidates whose median cost prices a shared night's winner reserve
 
 # Run, RunSummary and TargetSummary live in optimizer.night; re-exported for callers.
 __all__ = ["CONFIRM_SHARE", "Run", "RunSummary", "TargetSummary", "optimize_target", "run",
@@ -146,14 +149,18 @@ def share_the_night(r: Run) -> list[TargetSummary]:
     """Every target's search at once on the night's slots: a free slot takes the next job
     of the target furthest behind its share (``optimizer.sharing``), so a slow seed or a
     target that runs out of ideas leaves no slot idle. The searches end at the night's
-    deadline less what the targets keep for their winners; then each target's winner is
-    selected in turn, alone on the machine, in its part of what is left."""
+    deadline less what the targets keep for their winners; then the targets' winners are
+    selected side by side, one slot each (``_select_winners_side_by_side``), or in turn,
+    each in its part of what is left, when a target's kind runs alone or there is one
+    slot."""
     horizon = Horizon(time.monotonic() + r.budget.remaining_s(), shared=True)
     lanes = [_open_lane(r, entry, horizon) for entry in r.config.targets]
     night_s = max(0.0, horizon.deadline - time.monotonic())
     total = sum(lane.entry.share for lane in lanes)
     width = _night_width(r.config)
     locks: dict[object, Any] = {}  # one timing lock per device, whichever target times on it
+    side_by_side = width > 1 and not any(lane.alone for lane in lanes)
+    horizon.winners_at_once = width if side_by_side else 1
     for lane in lanes:
         lane.set_slice(night_s * lane.entry.share / total)
         # a kind that cannot evaluate beside others has the machine to itself (the Gate)
@@ -164,9 +171,11 @@ def share_the_night(r: Run) -> list[TargetSummary]:
         _search_concurrently(r, lanes, width)
         r.writer.flush()  # the searches' runs are complete before winners read them
         chosen = [lane for lane in lanes if _seed_is_valid(r, lane)]
+        if side_by_side and len(chosen) > 1:
+            _select_winners_side_by_side(r, chosen, width, horizon.deadline)
         for k, lane in enumerate(chosen):
-            if r.budget.stop.is_set():
-                break
+            if lane.out.winner is not None or lane.winner_tried or r.budget.stop.is_set():
+                continue
             now, kept = time.monotonic(), sum(x.reserve_s for x in chosen[k:])
             part = lane.reserve_s / kept if kept else 1.0 / (len(chosen) - k)
             lane.out.winner = _select_winner(
@@ -219,10 +228,16 @@ class Horizon:
     deadline: float
     shared: bool = False  # several targets' searches at once (share_the_night)
     reserved_s: dict[str, float] = dataclasses.field(default_factory=dict)  # by target
+    winners_at_once: int = 1  # winners selected side by side at the end (on as many slots)
 
     @property
     def search_end(self) -> float:
-        return self.deadline - sum(self.reserved_s.values())
+        """The deadline less the winners' time: their reserves in turn, or side by side
+        the longest of them (their sum shared by the slots when it is more)."""
+        kept = list(self.reserved_s.values())
+        if not kept:
+            return self.deadline
+        return self.deadline - max(max(kept), sum(kept) / max(1, self.winners_at_once))
 
 
 @dataclasses.dataclass
@@ -247,6 +262,7 @@ class Lane:
     reserve_set: bool = False  # the winner's reserve, from the seed's cost, is applied
     seed_cost_s: float = 0.0  # what the seed's evaluation cost this night
     ahead: search.AskAhead | None = None  # the next trial, asked while the serial loop proposes
+    winner_tried: bool = False  # its winner was selected (one or none) side by side
     slots: list[Slot] = dataclasses.field(default_factory=list)
     sandboxes: dict[int, Sandbox] = dataclasses.field(default_factory=dict)  # by slot index
     # the concurrent search's: proposals made and waiting for a slot, proposals being made,
@@ -270,13 +286,29 @@ class Lane:
         that only once it has a contender (a candidate beating the seed by ``min_gain``):
         a target with none would leave it unused at the end, when no search is left to
         take it, so it keeps CONFIRM_SHARE of its part until then."""
-        if self.reserve_set or not self.seed_cost_s:
+        if not self.seed_cost_s:
             return  # a seed of an earlier night: the default share of the slice
-        if self.horizon.shared and not has_contender(self.target, self.archive):
+        if not self.horizon.shared:
+            if not self.reserve_set:  # the seed's cost, once
+                self.reserve_set = True
+                self.horizon.reserved_s[self.target.name] = _winner_reserve(
+                    r, self.evaluator, self.seed_cost_s, self.slice_s)
             return
+        contender = best_contender(self.target, self.archive)
+        if contender is None:
+            return
+        # the contender of now, at what the night's candidates cost (the seed's evaluation
+        # builds the night's cases and warms the sandbox: up to 4x a candidate's on a GPU)
         self.reserve_set = True
         self.horizon.reserved_s[self.target.name] = _winner_reserve(
-            r, self.evaluator, self.seed_cost_s, self.slice_s)
+            r, self.evaluator, self.typical_cost_s(), self.slice_s,
+            trials=planned_trials(reduction_base(self.archive, contender), contender))
+
+    def typical_cost_s(self) -> float:
+        """The median cost of this night's last candidates but the seed (its seed's cost
+        until there are three)."""
+        recent = self.out.eval_s[1:][-TYPICAL_OF:]
+        return statistics.median(recent) if len(recent) >= 3 else self.seed_cost_s
 
     def drop_reserve(self) -> None:
         """The seed is not valid: nothing to confirm, the time goes to the other targets."""
@@ -362,17 +394,60 @@ def _close_sandboxes(lane: Lane) -> None:
     lane.sandboxes.clear()
 
 
-def _select_winner(r: Run, lane: Lane, deadline: float) -> dict[str, Any] | None:
+def _select_winners_side_by_side(r: Run, lanes: list[Lane], width: int,
+                                 deadline: float) -> None:
+    """The winners of a shared night's targets selected at once, each on a slot of its own
+    (at most ``width`` at a time), all before ``deadline``: a target's reduction trials and
+    final checks run beside the others', and a timed phase still holds its device alone.
+    In turn they left the other slots idle (a GPU night's four winners took 1.7 of its 8
+    minutes on one slot). Whatever touches the stores, git or the budgets takes turns."""
+    lock = threading.RLock()
+    free: queue.Queue[int] = queue.Queue()
+    for i in range(width):
+        free.put(i)
+    errors: list[BaseException] = []
+
+    def select(lane: Lane) -> None:
+        index = free.get()
+        try:
+            if r.budget.stop.is_set() or errors:
+                return
+            lane.winner_tried = True
+            slot = lane.slots[index % len(lane.slots)]
+            lane.out.winner = _select_winner(r, lane, deadline, slot=slot, lock=lock)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the caller's thread
+            errors.append(exc)
+        finally:
+            free.put(index)
+
+    threads = [threading.Thread(target=select, args=(lane,), daemon=True,
+                                name=f"winner-{lane.target.name}") for lane in lanes]
+    for t in threads:
+        t.start()
+    _join(*threads)
+    r.writer.flush()
+    if errors:
+        raise errors[0]
+
+
+def _select_winner(r: Run, lane: Lane, deadline: float, slot: Slot | None = None,
+                   lock: Any = None) -> dict[str, Any] | None:
     """The target's winner: its best candidates reduced and confirmed against the seed
-    (optimizer.winners) on its first slot, before ``deadline``."""
+    (optimizer.winners) on ``slot`` (its first by default), before ``deadline``. With
+    ``lock``, other targets' winners are being selected meanwhile: the parts that touch
+    the stores, git or the budgets hold it."""
     target, archive, out = lane.target, lane.archive, lane.out
-    sandbox, slot = _sandbox(r, lane, lane.slots[0]), lane.slots[0]
+    slot = slot or lane.slots[0]
+    sandbox = _sandbox(r, lane, slot)
 
     def trial(files: dict[str, str], summary: str, parent: str) -> ArchiveEntry | None:
         """A reduced program, evaluated as a candidate of its own."""
         proposal = Proposal("minimize", parent, files, summary,
                             fixed_knobs=knobs.values_of(files))
-        _candidate(r, lane, sandbox, slot, proposal)
+        most = r.config.budget.max_candidates
+        if most and r.budget.candidates >= most:  # other targets' trials took the rest
+            return None
+        _candidate(r, lane, sandbox, slot, proposal, lock=lock)
         cid = archive.hashes.get(content_hash(files))
         return archive.get(cid) if cid else None
 
@@ -383,7 +458,8 @@ def _select_winner(r: Run, lane: Lane, deadline: float) -> dict[str, Any] | None
     if lane.entry.max_candidates:
         left.append(lane.entry.max_candidates - out.candidates)
     return select_winner(r, target, lane.evaluator, sandbox, lane.study, archive,
-                         evaluate=trial, deadline=deadline, max_trials=max(0, min(left)))
+                         evaluate=trial, deadline=deadline, max_trials=max(0, min(left)),
+                         device_lock=slot.timing, lock=lock)
 
 
 def _seed_proposal(target: TargetSpec) -> Proposal:
@@ -732,9 +808,12 @@ class _Admitted:
     run: Future[str]  # its MLflow run, being created by the writer
 
 
-def _candidate(r: Run, lane: Lane, sandbox: Sandbox, slot: Slot, proposal: Proposal) -> bool:
-    """Turn one proposal into an evaluated candidate; False when it was a duplicate."""
-    with r.writer.held():  # the writer's jobs run while the candidate is evaluated
+def _candidate(r: Run, lane: Lane, sandbox: Sandbox, slot: Slot, proposal: Proposal,
+               lock: Any = None) -> bool:
+    """Turn one proposal into an evaluated candidate; False when it was a duplicate. With
+    ``lock``, admitting and recording hold it (other threads make candidates meanwhile)."""
+    turn = lock or contextlib.nullcontext()
+    with turn, r.writer.held():  # the writer's jobs run while the candidate is evaluated
         admitted = _admit(r, lane, proposal)
     if not isinstance(admitted, _Admitted):
         return admitted
@@ -742,7 +821,7 @@ def _candidate(r: Run, lane: Lane, sandbox: Sandbox, slot: Slot, proposal: Propo
         result, eval_log = evaluate_candidate(
             r, lane.target, lane.evaluator, sandbox, admitted.cand.id, admitted.cand_dir,
             slot=slot)
-    with r.writer.held():
+    with turn, r.writer.held():
         _settle(r, lane, admitted, result, eval_log)
     return True
 
@@ -927,14 +1006,19 @@ def _say_candidate(
     )
 
 
-def _winner_reserve(r: Run, evaluator: Evaluator, eval_s: float, slice_s: float) -> float:
-    """Seconds of a target's slice kept for its winner: the reduction's trials and the
-    confirmation (paired repetitions of candidate and seed, or the two held-out runs), at
-    the seed's evaluation cost; between CONFIRM_SHARE and MAX_CONFIRM_SHARE of the slice.
-    (A fixed 15% left a timed target's confirmation, 30 evaluations, running 1.2 minutes
-    past a 50-second slice in the nightly, and the targets after it got less.)"""
-    confirm = 2 * r.config.stats.confirm_repeats if evaluator.confirmation() == "paired" else 2
-    wanted = (confirm + r.config.stats.minimize_trials) * eval_s
+def _winner_reserve(r: Run, evaluator: Evaluator, eval_s: float, slice_s: float,
+                    trials: int | None = None) -> float:
+    """Seconds of a target's slice kept for its winner: the reduction's trials (``trials``
+    when its contender is known, else the most it may take) and the confirmation (what the
+    kind says it costs: ``Evaluator.confirmation_evaluations``), at ``eval_s`` each; between
+    CONFIRM_SHARE and MAX_CONFIRM_SHARE of the slice. (A fixed 15% left a timed target's
+    confirmation, 30 evaluations, running 1.2 minutes past a 50-second slice in the nightly,
+    and the targets after it got less; charging a kernel's one-call comparison as 30
+    evaluations and 12 trials at its seed's cost ended a GPU night's search 3.5 minutes
+    early, and its winners took 1.7 of them.)"""
+    confirm = evaluator.confirmation_evaluations(r.config.stats.confirm_repeats)
+    most = r.config.stats.minimize_trials
+    wanted = (confirm + (most if trials is None else min(most, trials))) * eval_s
     return min(MAX_CONFIRM_SHARE * slice_s, max(CONFIRM_SHARE * slice_s, wanted))
 
 

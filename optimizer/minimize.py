@@ -110,6 +110,22 @@ def _rounded(value: float) -> list[float]:
     return out
 
 
+def planned_trials(seed: ArchiveEntry, best: ArchiveEntry) -> int:
+    """How many trials :func:`reduce` would spend on ``best`` against ``seed`` without a
+    budget: one per hunk and one per rounding of each float knob that differs (at most)."""
+    n = len(hunks(seed.files, best.files))
+    seed_values = knobs.values_of(seed.files)
+    try:
+        found = knobs.knobs_of_files(best.files)
+    except Exception:  # noqa: BLE001 - a program whose knobs do not parse has none to round
+        return n
+    for name, knob in found.items():
+        value = knob.default
+        if knob.kind == "float" and isinstance(value, float) and value != seed_values.get(name):
+            n += len(_rounded(value))
+    return n
+
+
 def reduce(
     evaluate: Evaluate,
     seed: ArchiveEntry,

@@ -4,6 +4,7 @@ branches whose message is the evidence."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import shutil
@@ -47,11 +48,17 @@ def select_winner(
     evaluate: Evaluate | None = None,
     deadline: float = math.inf,
     max_trials: int = 0,
+    device_lock: Any = None,
+    lock: Any = None,
 ) -> dict[str, Any] | None:
     """The best candidates, confirmed against the seed: significant and held-out. A
     contender is first reduced to a minimal change (``evaluate`` makes a candidate of a
     reduced program, at most ``max_trials`` of them, before ``deadline``;
-    :mod:`optimizer.minimize`), and the reduction is what gets confirmed and published."""
+    :mod:`optimizer.minimize`), and the reduction is what gets confirmed and published.
+    ``device_lock`` is the slot's timing lock (the confirmation's timed phase holds it);
+    ``lock`` is held while the winner is published (others are selected meanwhile)."""
+    confirm = functools.partial(_confirm, device_lock=device_lock)
+    publish = _locked(_publish, lock)
     seed = archive.seed
     assert seed is not None
     minimize = target.primary.minimize
@@ -72,22 +79,22 @@ def select_winner(
             reduction = reduce(evaluate, base, best, gate, max_trials=max_trials,
                                deadline=deadline, base_label=base.proposer or "seed")
         if reduction is not None and reduction.changed:
-            evidence = _confirm(r, target, evaluator, sandbox, seed, reduction.entry)
+            evidence = confirm(r, target, evaluator, sandbox, seed, reduction.entry)
             if evidence.get("confirmed"):
                 r.say(f"[{target.name}] {best.id} reduced to {reduction.entry.id}: "
                       + "; ".join(reduction.notes))
                 evidence = {**evidence, "minimised_from": best.id,
                             "reductions": reduction.notes}
-                return _announce(r, target, _publish(r, target, evaluator, study, archive,
+                return _announce(r, target, publish(r, target, evaluator, study, archive,
                                                      reduction.entry, evidence),
                                  reduction.entry, evidence)
             r.say(f"[{target.name}] reduction {reduction.entry.id} of {best.id} not "
                   f"confirmed ({evidence['headline']}); confirming {best.id} as it was")
-        evidence = _confirm(r, target, evaluator, sandbox, seed, best)
+        evidence = confirm(r, target, evaluator, sandbox, seed, best)
         if evidence.get("confirmed"):
             if reduction is not None and not reduction.changed:
                 evidence["minimised"] = f"nothing to remove ({reduction.trials} trial(s))"
-            return _announce(r, target, _publish(r, target, evaluator, study, archive, best,
+            return _announce(r, target, publish(r, target, evaluator, study, archive, best,
                                                  evidence), best, evidence)
         r.say(f"[{target.name}] {best.id} not confirmed: {evidence['headline']}")
     return None
@@ -96,11 +103,16 @@ def select_winner(
 def has_contender(target: TargetSpec, archive: Archive) -> bool:
     """Whether the target has a candidate that :func:`select_winner` would go on to reduce
     and confirm: its best structure's best beats a valid seed by ``min_gain``."""
+    return best_contender(target, archive) is not None
+
+
+def best_contender(target: TargetSpec, archive: Archive) -> ArchiveEntry | None:
+    """The candidate :func:`select_winner` would reduce and confirm first, if any."""
     seed = archive.seed
     if seed is None or seed.state is not CandidateState.VALID or not seed.objectives:
-        return False
+        return None
     best = next(iter(_contenders(archive)), None)
-    return best is not None and _beats_seed(target, seed, best)
+    return best if best is not None and _beats_seed(target, seed, best) else None
 
 
 def _contenders(archive: Archive) -> list[ArchiveEntry]:
@@ -132,6 +144,18 @@ def reduction_base(archive: Archive, best: ArchiveEntry) -> ArchiveEntry:
     return archive.seed
 
 
+def _locked(fn: Any, lock: Any) -> Any:
+    """``fn`` called holding ``lock`` (when there is one)."""
+    if lock is None:
+        return fn
+
+    @functools.wraps(fn)
+    def held(*args: Any, **kwargs: Any) -> Any:
+        with lock:
+            return fn(*args, **kwargs)
+    return held
+
+
 def _announce(r: Run, target: TargetSpec, winner: dict[str, Any], best: ArchiveEntry,
               evidence: dict[str, Any]) -> dict[str, Any]:
     r.say(f"[{target.name}] winner {best.id}: {evidence['headline']} -> {winner['pull_branch']}")
@@ -145,11 +169,13 @@ def _confirm(
     sandbox: Sandbox,
     seed: ArchiveEntry,
     best: ArchiveEntry,
+    device_lock: Any = None,
 ) -> dict[str, Any]:
     cand_dir, seed_dir = _materialize(r, target, best), _materialize(r, target, seed)
     timeout_s = max(r.config.sandbox.timeout_s or target.timeout_s, 60.0) * 4
     ctx = fresh_context(
-        r.config, target, "confirm", sandbox, timeout_s=timeout_s, device=device_for(evaluator)
+        r.config, target, "confirm", sandbox, timeout_s=timeout_s, device=device_for(evaluator),
+        device_lock=device_lock,
     )
     try:
         final = evaluator.final_check(cand_dir, ctx)

@@ -499,6 +499,12 @@ class KernelEvaluator(Evaluator):
         return EvalResult(CandidateState.VALID, f"all {n} validation cases of every workload "
                           "answered right", "final check")
 
+    def confirmation_evaluations(self, repeats: int) -> float:
+        """The final check's correctness calls (three cases each), then one timed call in
+        which candidate and seed alternate over ``repeats`` blocks (the blocks cost
+        milliseconds of GPU time each: two evaluations' worth is ample)."""
+        return math.ceil(CASE_POOL / 3) + 2.0
+
     @staticmethod
     def _invalid(reason: str, report: list[str], rejected: bool = False) -> EvalResult:
         report.append(f"- FAILED: {reason}")

@@ -319,3 +319,46 @@ def test_ctrl_c_stops_every_target_and_records_what_is_in_flight(
         assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
     status = collect_status(cfg)
     assert status["consistent"], status
+
+
+def test_the_winners_are_selected_side_by_side(
+        toy_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, two_cores: None,
+        toy_target_adder, slow_evaluate: str) -> None:
+    """Once the searches end, each target's winner (its reduction trials and confirmation)
+    is selected on a slot of its own at the same time as the other's, and the searches
+    keep back the longer of the two reserves, not their sum."""
+    repo = _repo(toy_repo, toy_target_adder, slow_evaluate, left="", right="")
+    monkeypatch.setenv("TOY_EVAL_S", "0.2")
+    monkeypatch.setenv("TOY_EVAL_LOG", str(tmp_path / "evals.jsonl"))
+    horizons: list[loop.Horizon] = []
+
+    class Kept(loop.Horizon):
+        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            super().__init__(*args, **kwargs)
+            horizons.append(self)
+
+    monkeypatch.setattr(loop, "Horizon", Kept)
+    exp = _night(repo, {"left": 1.0, "right": 1.0})
+    cfg = load_experiment(exp, ["budget.minutes=0.4", "stats.minimize_trials=4",
+                                "stats.confirm_repeats=4",
+                                "targets.left.evaluator.repeats=1",
+                                "targets.right.evaluator.repeats=1"], workspace=repo)
+    t0 = time.monotonic()
+    summary = run(cfg, say=lambda s: None)
+    took = time.monotonic() - t0
+
+    by = {t.target: t for t in summary.targets}
+    assert by["left"].winner is not None and by["right"].winner is not None
+    (horizon,) = horizons
+    assert horizon.winners_at_once == 2
+    kept = horizon.reserved_s
+    assert horizon.search_end == pytest.approx(horizon.deadline - max(kept.values()))
+    evals = _evaluations(tmp_path / "evals.jsonl")
+    after = [e for e in evals if e[0] > horizon.search_end + 0.5]
+    assert {e[2] for e in after} == {"left", "right"}, after
+    mixed = [(a, b) for i, a in enumerate(after) for b in after[i + 1:]
+             if a[2] != b[2] and _overlap(a, b)]
+    assert mixed, f"the winners' evaluations did not run side by side: {after}"
+    assert took < 0.4 * 60 + 20, took  # the night kept to its budget
+    status = collect_status(cfg)
+    assert status["consistent"], status

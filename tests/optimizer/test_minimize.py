@@ -172,3 +172,12 @@ def test_a_winner_from_a_declared_start_is_reduced_towards_that_start() -> None:
                  base_label="start")
     assert calls and all("to the start's" in c or "round" in c.lower() for c in calls), calls
     assert "return x * 1" in red.files["program.py"]
+
+
+def test_planned_trials_count_hunks_and_float_roundings() -> None:
+    from optimizer.minimize import planned_trials
+
+    seed, best = _entry("c0001", {"program.py": SEED}), _entry("c0009", {"program.py": BEST})
+    # four hunks; WEIGHT 7.2479999960427195 rounds to 7, 7.2, 7.25 and 7.248
+    assert planned_trials(seed, best) == 4 + 4
+    assert planned_trials(seed, seed) == 0

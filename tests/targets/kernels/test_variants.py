@@ -74,7 +74,7 @@ print("ok")
 
 @pytest.mark.parametrize("rel", ["rmsnorm/variants/two_tiles.py",
                                  "layernorm/variants/two_tiles.py",
-                                 "layernorm/variants/persistent_tiles.py"])
+                                 "layernorm/variants/shifted_tiles.py"])
 def test_two_tile_rows_are_right_with_and_without_a_tail(rel):
     import os
     import subprocess

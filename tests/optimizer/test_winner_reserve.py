@@ -1,0 +1,112 @@
+"""What a target keeps of its part of the night for its winner: the reduction's trials and
+the confirmation, priced at what its evaluations cost, and what its kind says a
+confirmation costs."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from evaluators._base import Evaluator
+from evaluators.kernels.evaluator import CASE_POOL, KernelEvaluator
+from optimizer import loop
+from optimizer.archive import Archive
+from optimizer.night import TargetSummary
+from optimizer.records import SEED_ID, ArchiveEntry, CandidateState
+
+SEED = "# EVOLVE-BLOCK-START\nA = 1  # knob: int 1..64\nB = 2  # knob: int 1..64\n" \
+       "C = 0.5  # knob: float 0.0..8.0\n# EVOLVE-BLOCK-END\n"
+
+
+class _Paired(Evaluator):
+    kind = "paired-test"
+
+    def confirmation(self) -> str:
+        return "paired"
+
+    def correctness(self, cand_dir, ctx):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    def performance(self, cand_dir, ctx):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+
+class _Exact(_Paired):
+    def confirmation(self) -> str:
+        return "exact"
+
+
+def _run(repeats: int = 15, trials: int = 12) -> SimpleNamespace:
+    stats = SimpleNamespace(confirm_repeats=repeats, minimize_trials=trials)
+    return SimpleNamespace(config=SimpleNamespace(stats=stats))
+
+
+def test_a_confirmation_costs_what_the_kind_says() -> None:
+    paired, exact = object.__new__(_Paired), object.__new__(_Exact)
+    assert paired.confirmation_evaluations(15) == 30  # 15 interleaved pairs
+    assert exact.confirmation_evaluations(15) == 2  # the two held-out runs
+    # a kernel's comparison alternates candidate and seed in one timed call: the final
+    # check's correctness calls and that call, not 30 evaluations
+    kernel = object.__new__(KernelEvaluator)
+    assert kernel.confirmation_evaluations(15) == -(-CASE_POOL // 3) + 2 < 30
+
+
+def test_the_reserve_counts_the_known_contenders_trials_within_its_bounds() -> None:
+    ev = object.__new__(_Paired)
+    r = _run()
+    # unknown contender: the most the reduction may take
+    assert loop._winner_reserve(r, ev, 1.0, 100.0) == pytest.approx(30 + 12)
+    assert loop._winner_reserve(r, ev, 1.0, 100.0, trials=3) == pytest.approx(33)
+    assert loop._winner_reserve(r, ev, 1.0, 100.0, trials=40) == pytest.approx(42)
+    # never below CONFIRM_SHARE nor above MAX_CONFIRM_SHARE of the slice
+    assert loop._winner_reserve(r, ev, 0.01, 100.0) == pytest.approx(loop.CONFIRM_SHARE * 100)
+    assert loop._winner_reserve(r, ev, 10.0, 100.0) == pytest.approx(
+        loop.MAX_CONFIRM_SHARE * 100)
+
+
+def _entry(cid: str, files: dict[str, str], value: float, proposer: str = "offline",
+           parent: str | None = SEED_ID) -> ArchiveEntry:
+    return ArchiveEntry(cid, parent if cid != SEED_ID else None, files, {},
+                        CandidateState.VALID, objectives=(value,), proposer=proposer)
+
+
+def _lane(shared: bool, costs: list[float]) -> loop.Lane:
+    target = SimpleNamespace(name="t", min_gain=0.03, primary=SimpleNamespace(minimize=True))
+    archive = Archive(target)  # type: ignore[arg-type]
+    archive.add(_entry(SEED_ID, {"k.py": SEED}, 1.0, proposer="seed"), "s0")
+    out = TargetSummary("t")
+    out.eval_s = list(costs)
+    lane = loop.Lane(entry=SimpleNamespace(spec=target), evaluator=object.__new__(_Paired),
+                     study=None, names=None, archive=archive, out=out,  # type: ignore[arg-type]
+                     rng=None, kind_text="", trusted_files={},  # type: ignore[arg-type]
+                     horizon=loop.Horizon(1e9, shared=shared))
+    lane.set_slice(400.0)
+    lane.seed_cost_s = costs[0]
+    return lane
+
+
+def test_a_shared_night_prices_the_reserve_at_its_candidates_cost_once_it_has_a_contender(
+        ) -> None:
+    # the seed's evaluation cost 40 s (it built the night's cases), its candidates 2 s
+    lane = _lane(True, [40.0, 2.0, 2.5, 1.5, 2.0])
+    r = _run()
+    lane.reserve_for_winner(r)
+    assert lane.reserve_s == pytest.approx(loop.CONFIRM_SHARE * 400)  # no contender yet
+    # a contender two knobs away from the seed: two hunks to revert, no float knob
+    best = SEED.replace("A = 1 ", "A = 8 ").replace("B = 2 ", "B = 4 ")
+    lane.archive.add(_entry("c0002", {"k.py": best}, 0.5), "s1")
+    lane.reserve_for_winner(r)
+    assert lane.typical_cost_s() == pytest.approx(2.0)
+    assert lane.reserve_s == pytest.approx((30 + 2) * 2.0)
+    # a better contender with a float knob too: a third hunk, and its rounding (0.25 -> 0.2)
+    better = best.replace("C = 0.5 ", "C = 0.25 ")
+    lane.archive.add(_entry("c0003", {"k.py": better}, 0.4), "s2")
+    lane.reserve_for_winner(r)
+    assert lane.reserve_s == pytest.approx((30 + 3 + 1) * 2.0)
+
+
+def test_one_targets_slice_keeps_the_seeds_price_as_before() -> None:
+    lane = _lane(False, [40.0, 2.0, 2.5, 1.5])
+    lane.reserve_for_winner(_run())
+    assert lane.reserve_s == pytest.approx(loop.MAX_CONFIRM_SHARE * 400)
