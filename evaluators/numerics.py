@@ -19,6 +19,7 @@ Why each check exists (each one has an adversarial kernel in tests/evaluators/ke
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,6 +105,14 @@ def draw(shape: Sequence[int], dtype: torch.dtype, dist: str, gen: torch.Generat
     return x
 
 
+# A reference's get_inputs draws its integer inputs (a cross-entropy target's labels) from
+# torch's process-wide generators, which make_case seeds first: two threads that did so at
+# once (the slots of a shared night, building different targets' cases) drew each other's
+# labels, and the trusted references of a whole target came out wrong (its seed judged
+# INVALID on the H200, 2026-12-03). Seeding and drawing take turns.
+_GLOBAL_RNG = threading.Lock()
+
+
 @dataclass(frozen=True)
 class Case:
     """One set of inputs (model parameters included) for one workload."""
@@ -149,8 +158,9 @@ def make_case(
     two CPU cores and milliseconds on a GPU. The same seed gives the same values on the
     same kind of device (the trusted side and the sandbox draw a GPU workload's timed
     inputs alike), not across devices."""
-    torch.manual_seed(seed)  # seeds the CUDA generators too (a template's integer inputs)
-    template = _template(reference, args, device)
+    with _GLOBAL_RNG:  # the template's integer inputs come from torch's global generators
+        torch.manual_seed(seed)  # seeds the CUDA generators too
+        template = _template(reference, args, device)
     gen = torch.Generator(device=device).manual_seed(seed ^ 0x5EED)
     inputs: list[Any] = []
     for t in template:

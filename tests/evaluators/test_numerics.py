@@ -155,3 +155,36 @@ def _cross_entropy_reference():
     from evaluators.kernels.evaluator import load_reference
 
     return load_reference(Path(__file__).resolve().parents[2] / "targets/kernels/cross_entropy")
+
+
+def test_cases_drawn_in_several_threads_at_once_are_the_cases_drawn_alone() -> None:
+    """A template's integer inputs (cross-entropy labels) come from torch's global
+    generators, which make_case seeds: threads that draw at once (a shared night's slots,
+    building different targets' cases) must each get their own seed's values."""
+    import threading
+    import types
+
+    def get_inputs(rows: int, vocab: int) -> list:
+        return [torch.randn(rows, vocab), torch.randint(0, vocab, (rows,))]
+
+    class Model(torch.nn.Module):
+        def forward(self, logits, labels):  # type: ignore[no-untyped-def]
+            return logits, labels
+
+    ref = types.SimpleNamespace(get_inputs=get_inputs, Model=Model)
+    args = {"rows": 512, "vocab": 1000}
+    alone = {s: numerics.make_case(ref, args, [], "normal", s, None).inputs[1] for s in range(6)}
+    wrong: list[int] = []
+
+    def draw(seed: int) -> None:
+        for _ in range(40):
+            labels = numerics.make_case(ref, args, [], "normal", seed, None).inputs[1]
+            if not torch.equal(labels, alone[seed]):
+                wrong.append(seed)
+
+    threads = [threading.Thread(target=draw, args=(s,)) for s in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong, f"{len(wrong)} draws got another seed's labels"
