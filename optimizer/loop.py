@@ -263,6 +263,7 @@ class Lane:
     seed_cost_s: float = 0.0  # what the seed's evaluation cost this night
     ahead: search.AskAhead | None = None  # the next trial, asked while the serial loop proposes
     winner_tried: bool = False  # its winner was selected (one or none) side by side
+    priced_for: tuple[str, int] = ("", 0)  # the contender its reserve counts, its trials
     slots: list[Slot] = dataclasses.field(default_factory=list)
     sandboxes: dict[int, Sandbox] = dataclasses.field(default_factory=dict)  # by slot index
     # the concurrent search's: proposals made and waiting for a slot, proposals being made,
@@ -298,11 +299,14 @@ class Lane:
         if contender is None:
             return
         # the contender of now, at what the night's candidates cost (the seed's evaluation
-        # builds the night's cases and warms the sandbox: up to 4x a candidate's on a GPU)
+        # builds the night's cases and warms the sandbox: up to 4x a candidate's on a GPU);
+        # its planned trials are counted once (a diff and a parse)
+        if self.priced_for[0] != contender.id:
+            base = reduction_base(self.archive, contender)
+            self.priced_for = (contender.id, planned_trials(base, contender))
         self.reserve_set = True
         self.horizon.reserved_s[self.target.name] = _winner_reserve(
-            r, self.evaluator, self.typical_cost_s(), self.slice_s,
-            trials=planned_trials(reduction_base(self.archive, contender), contender))
+            r, self.evaluator, self.typical_cost_s(), self.slice_s, trials=self.priced_for[1])
 
     def typical_cost_s(self) -> float:
         """The median cost of this night's last candidates but the seed (its seed's cost
