@@ -282,11 +282,13 @@ class Lane:
         self.horizon.reserved_s[self.target.name] = CONFIRM_SHARE * slice_s
 
     def reserve_for_winner(self, r: Run) -> None:
-        """Once the seed is measured: keep what confirming a winner will take (the seed's
-        cost says what each of its evaluations will take). In a shared night a target keeps
-        that only once it has a contender (a candidate beating the seed by ``min_gain``):
-        a target with none would leave it unused at the end, when no search is left to
-        take it, so it keeps CONFIRM_SHARE of its part until then."""
+        """Once the seed is measured: keep what confirming a winner will take. One target's
+        slice prices it once, at the seed's cost. In a shared night a target keeps it only
+        once it has a contender (a candidate beating the seed by ``min_gain``; one with none
+        would leave it unused at the end, when no search is left to take it, so it keeps
+        CONFIRM_SHARE of its part until then), and prices it again as the contender and
+        the candidates' cost change: that contender's planned reduction trials, at the
+        median cost of the last candidates."""
         if not self.seed_cost_s:
             return  # a seed of an earlier night: the default share of the slice
         if not self.horizon.shared:

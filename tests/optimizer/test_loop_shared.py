@@ -89,6 +89,20 @@ def _overlap(a: tuple[float, float, str], b: tuple[float, float, str]) -> bool:
     return a[0] < b[1] and b[0] < a[1]
 
 
+def _kept_horizons(monkeypatch: pytest.MonkeyPatch) -> list[loop.Horizon]:
+    """The night's horizons, as the loop makes them (what each target keeps, when the
+    searches end)."""
+    horizons: list[loop.Horizon] = []
+
+    class Kept(loop.Horizon):
+        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            super().__init__(*args, **kwargs)
+            horizons.append(self)
+
+    monkeypatch.setattr(loop, "Horizon", Kept)
+    return horizons
+
+
 @pytest.fixture
 def two_cores(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(slot_plan.os, "sched_getaffinity", lambda pid: {0, 1})
@@ -178,14 +192,7 @@ def test_a_target_whose_seed_is_invalid_leaves_its_time_to_the_others(
     _git_commit(repo, "starts of the broken target")
     monkeypatch.setenv("TOY_EVAL_S", "0.2")
     monkeypatch.setenv("TOY_EVAL_LOG", str(tmp_path / "evals.jsonl"))
-    horizons: list[loop.Horizon] = []
-
-    class Kept(loop.Horizon):
-        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
-            super().__init__(*args, **kwargs)
-            horizons.append(self)
-
-    monkeypatch.setattr(loop, "Horizon", Kept)
+    horizons = _kept_horizons(monkeypatch)
     exp = _night(repo, {"broken": 3.0, "fine": 1.0})
     cfg = load_experiment(exp, ["budget.minutes=0.2", "targets.broken.evaluator.repeats=1",
                                 "targets.fine.evaluator.repeats=1"], workspace=repo)
@@ -330,14 +337,7 @@ def test_the_winners_are_selected_side_by_side(
     repo = _repo(toy_repo, toy_target_adder, slow_evaluate, left="", right="")
     monkeypatch.setenv("TOY_EVAL_S", "0.2")
     monkeypatch.setenv("TOY_EVAL_LOG", str(tmp_path / "evals.jsonl"))
-    horizons: list[loop.Horizon] = []
-
-    class Kept(loop.Horizon):
-        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
-            super().__init__(*args, **kwargs)
-            horizons.append(self)
-
-    monkeypatch.setattr(loop, "Horizon", Kept)
+    horizons = _kept_horizons(monkeypatch)
     exp = _night(repo, {"left": 1.0, "right": 1.0})
     cfg = load_experiment(exp, ["budget.minutes=0.4", "stats.minimize_trials=4",
                                 "stats.confirm_repeats=4",

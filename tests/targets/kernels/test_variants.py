@@ -74,7 +74,8 @@ print("ok")
 
 @pytest.mark.parametrize("rel", ["rmsnorm/variants/two_tiles.py",
                                  "layernorm/variants/two_tiles.py",
-                                 "layernorm/variants/shifted_tiles.py"])
+                                 "layernorm/variants/shifted_tiles.py",
+                                 "layernorm/variants/paired_tiles.py"])
 def test_two_tile_rows_are_right_with_and_without_a_tail(rel):
     import os
     import subprocess
