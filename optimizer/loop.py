@@ -400,14 +400,63 @@ def _close_sandboxes(lane: Lane) -> None:
     lane.sandboxes.clear()
 
 
+class Turns:
+    """The winners' phase side by side: reduction trials share the machine (``shared``), a
+    confirmation has it alone (``alone``: its final check and its interleaved pairs run
+    while no other target's evaluation does, as they did in turn). A confirmation waiting
+    goes before trials that arrive after it."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._running = 0  # trials under way
+        self._alone = False  # a confirmation under way
+        self._waiting = 0  # confirmations waiting for the machine
+        self.shared = _Turn(self, alone=False)
+        self.alone = _Turn(self, alone=True)
+
+    def enter(self, alone: bool) -> None:
+        with self._cond:
+            if alone:
+                self._waiting += 1
+                self._cond.wait_for(lambda: not self._alone and self._running == 0)
+                self._waiting -= 1
+                self._alone = True
+            else:
+                self._cond.wait_for(lambda: not self._alone and self._waiting == 0)
+                self._running += 1
+
+    def leave(self, alone: bool) -> None:
+        with self._cond:
+            if alone:
+                self._alone = False
+            else:
+                self._running -= 1
+            self._cond.notify_all()
+
+
+class _Turn:
+    """``with turns.shared:`` / ``with turns.alone:`` (see :class:`Turns`)."""
+
+    def __init__(self, turns: Turns, alone: bool):
+        self.turns, self.is_alone = turns, alone
+
+    def __enter__(self) -> None:
+        self.turns.enter(self.is_alone)
+
+    def __exit__(self, *exc: object) -> None:
+        self.turns.leave(self.is_alone)
+
+
 def _select_winners_side_by_side(r: Run, lanes: list[Lane], width: int,
                                  deadline: float) -> None:
     """The winners of a shared night's targets selected at once, each on a slot of its own
     (at most ``width`` at a time), all before ``deadline``: a target's reduction trials and
     final checks run beside the others', and a timed phase still holds its device alone.
     In turn they left the other slots idle (a GPU night's four winners took 1.7 of its 8
-    minutes on one slot). Whatever touches the stores, git or the budgets takes turns."""
+    minutes on one slot). Whatever touches the stores, git or the budgets takes turns, and
+    a confirmation has the machine alone (:class:`Turns`)."""
     lock = threading.RLock()
+    turns = Turns()
     free: queue.Queue[int] = queue.Queue()
     for i in range(width):
         free.put(i)
@@ -420,7 +469,8 @@ def _select_winners_side_by_side(r: Run, lanes: list[Lane], width: int,
                 return
             lane.winner_tried = True
             slot = lane.slots[index % len(lane.slots)]
-            lane.out.winner = _select_winner(r, lane, deadline, slot=slot, lock=lock)
+            lane.out.winner = _select_winner(r, lane, deadline, slot=slot, lock=lock,
+                                             turns=turns)
         except BaseException as exc:  # noqa: BLE001 - re-raised by the caller's thread
             errors.append(exc)
         finally:
@@ -437,11 +487,12 @@ def _select_winners_side_by_side(r: Run, lanes: list[Lane], width: int,
 
 
 def _select_winner(r: Run, lane: Lane, deadline: float, slot: Slot | None = None,
-                   lock: Any = None) -> dict[str, Any] | None:
+                   lock: Any = None, turns: Turns | None = None) -> dict[str, Any] | None:
     """The target's winner: its best candidates reduced and confirmed against the seed
     (optimizer.winners) on ``slot`` (its first by default), before ``deadline``. With
     ``lock``, other targets' winners are being selected meanwhile: the parts that touch
-    the stores, git or the budgets hold it."""
+    the stores, git or the budgets hold it, and ``turns`` says when a reduction trial and
+    a confirmation may run."""
     target, archive, out = lane.target, lane.archive, lane.out
     slot = slot or lane.slots[0]
     sandbox = _sandbox(r, lane, slot)
@@ -453,7 +504,8 @@ def _select_winner(r: Run, lane: Lane, deadline: float, slot: Slot | None = None
         most = r.config.budget.max_candidates
         if most and r.budget.candidates >= most:  # other targets' trials took the rest
             return None
-        _candidate(r, lane, sandbox, slot, proposal, lock=lock)
+        with turns.shared if turns is not None else contextlib.nullcontext():
+            _candidate(r, lane, sandbox, slot, proposal, lock=lock)
         cid = archive.hashes.get(content_hash(files))
         return archive.get(cid) if cid else None
 
@@ -465,7 +517,8 @@ def _select_winner(r: Run, lane: Lane, deadline: float, slot: Slot | None = None
         left.append(lane.entry.max_candidates - out.candidates)
     return select_winner(r, target, lane.evaluator, sandbox, lane.study, archive,
                          evaluate=trial, deadline=deadline, max_trials=max(0, min(left)),
-                         device_lock=slot.timing, lock=lock)
+                         device_lock=slot.timing, lock=lock,
+                         alone=turns.alone if turns is not None else None)
 
 
 def _seed_proposal(target: TargetSpec) -> Proposal:

@@ -51,14 +51,16 @@ def select_winner(
     max_trials: int = 0,
     device_lock: Any = None,
     lock: Any = None,
+    alone: Any = None,
 ) -> dict[str, Any] | None:
     """The best candidates, confirmed against the seed: significant and held-out. A
     contender is first reduced to a minimal change (``evaluate`` makes a candidate of a
     reduced program, at most ``max_trials`` of them, before ``deadline``;
     :mod:`optimizer.minimize`), and the reduction is what gets confirmed and published.
     ``device_lock`` is the slot's timing lock (the confirmation's timed phase holds it);
-    ``lock`` is held while the winner is published (others are selected meanwhile)."""
-    confirm = functools.partial(_confirm, device_lock=device_lock)
+    ``lock`` is held while the winner is published (others are selected meanwhile) and
+    ``alone`` while it is confirmed (no other target's evaluation runs meanwhile)."""
+    confirm = _locked(functools.partial(_confirm, device_lock=device_lock), alone)
     publish = _locked(_publish, lock)
     seed = archive.seed
     assert seed is not None

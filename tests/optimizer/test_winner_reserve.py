@@ -110,3 +110,46 @@ def test_one_targets_slice_keeps_the_seeds_price_as_before() -> None:
     lane = _lane(False, [40.0, 2.0, 2.5, 1.5])
     lane.reserve_for_winner(_run())
     assert lane.reserve_s == pytest.approx(loop.MAX_CONFIRM_SHARE * 400)
+
+
+def test_a_confirmation_has_the_machine_alone_while_trials_share_it() -> None:
+    """The winners side by side: two trials run at once; a confirmation waits for the trials
+    under way, and a trial that comes after a waiting confirmation waits for it."""
+    import threading
+    import time
+
+    turns = loop.Turns()
+    events: list[str] = []
+    held = threading.Event()
+
+    def trial(name: str, hold_s: float) -> None:
+        with turns.shared:
+            events.append(f"{name} in")
+            held.set()
+            time.sleep(hold_s)
+            events.append(f"{name} out")
+
+    def confirm() -> None:
+        with turns.alone:
+            events.append("confirm in")
+            time.sleep(0.2)
+            events.append("confirm out")
+
+    a = threading.Thread(target=trial, args=("a", 0.4))
+    b = threading.Thread(target=trial, args=("b", 0.4))
+    a.start()
+    b.start()
+    held.wait()
+    time.sleep(0.05)
+    c = threading.Thread(target=confirm)
+    c.start()
+    time.sleep(0.05)
+    late = threading.Thread(target=trial, args=("late", 0.0))
+    late.start()
+    for t in (a, b, c, late):
+        t.join(5)
+    assert events[:2] == ["a in", "b in"] or events[:2] == ["b in", "a in"]  # side by side
+    i = events.index("confirm in")
+    assert {"a out", "b out"} <= set(events[:i])  # it waited for the trials under way
+    assert events[i + 1] == "confirm out"  # nothing ran beside it
+    assert events.index("late in") > events.index("confirm out")  # the later trial waited
