@@ -171,16 +171,17 @@ def share_the_night(r: Run) -> list[TargetSummary]:
         _search_concurrently(r, lanes, width)
         r.writer.flush()  # the searches' runs are complete before winners read them
         chosen = [lane for lane in lanes if _seed_is_valid(r, lane)]
-        if side_by_side and len(chosen) > 1:
+        if side_by_side:
             _select_winners_side_by_side(r, chosen, width, horizon.deadline)
-        for k, lane in enumerate(chosen):
-            if lane.out.winner is not None or lane.winner_tried or r.budget.stop.is_set():
-                continue
-            now, kept = time.monotonic(), sum(x.reserve_s for x in chosen[k:])
-            part = lane.reserve_s / kept if kept else 1.0 / (len(chosen) - k)
-            lane.out.winner = _select_winner(
-                r, lane, now + max(0.0, horizon.deadline - now) * part)
-            r.writer.flush()
+        else:
+            for k, lane in enumerate(chosen):
+                if r.budget.stop.is_set():
+                    break
+                now, kept = time.monotonic(), sum(x.reserve_s for x in chosen[k:])
+                part = lane.reserve_s / kept if kept else 1.0 / (len(chosen) - k)
+                lane.out.winner = _select_winner(
+                    r, lane, now + max(0.0, horizon.deadline - now) * part)
+                r.writer.flush()
     finally:
         for lane in lanes:
             _close_sandboxes(lane)
@@ -259,10 +260,9 @@ class Lane:
     starts: list[str] = dataclasses.field(default_factory=list)
     dup_streak: int = 0
     seed_to_evaluate: bool = False  # the concurrent search begins with the seed
-    reserve_set: bool = False  # the winner's reserve, from the seed's cost, is applied
+    reserve_set: bool = False  # one target's slice: its reserve, from the seed's cost, is set
     seed_cost_s: float = 0.0  # what the seed's evaluation cost this night
     ahead: search.AskAhead | None = None  # the next trial, asked while the serial loop proposes
-    winner_tried: bool = False  # its winner was selected (one or none) side by side
     priced_for: tuple[str, int] = ("", 0)  # the contender its reserve counts, its trials
     slots: list[Slot] = dataclasses.field(default_factory=list)
     sandboxes: dict[int, Sandbox] = dataclasses.field(default_factory=dict)  # by slot index
@@ -306,13 +306,12 @@ class Lane:
         if self.priced_for[0] != contender.id:
             base = reduction_base(self.archive, contender)
             self.priced_for = (contender.id, planned_trials(base, contender))
-        self.reserve_set = True
         self.horizon.reserved_s[self.target.name] = _winner_reserve(
             r, self.evaluator, self.typical_cost_s(), self.slice_s, trials=self.priced_for[1])
 
     def typical_cost_s(self) -> float:
-        """The median cost of this night's last candidates but the seed (its seed's cost
-        until there are three)."""
+        """The median cost of this night's last candidates, its first (the seed, or a start
+        beside it) left out; the seed's cost until there are three."""
         recent = self.out.eval_s[1:][-TYPICAL_OF:]
         return statistics.median(recent) if len(recent) >= 3 else self.seed_cost_s
 
@@ -450,11 +449,11 @@ class _Turn:
 def _select_winners_side_by_side(r: Run, lanes: list[Lane], width: int,
                                  deadline: float) -> None:
     """The winners of a shared night's targets selected at once, each on a slot of its own
-    (at most ``width`` at a time), all before ``deadline``: a target's reduction trials and
-    final checks run beside the others', and a timed phase still holds its device alone.
-    In turn they left the other slots idle (a GPU night's four winners took 1.7 of its 8
-    minutes on one slot). Whatever touches the stores, git or the budgets takes turns, and
-    a confirmation has the machine alone (:class:`Turns`)."""
+    (at most ``width`` at a time), all before ``deadline``: the targets' reduction trials
+    run beside each other, a confirmation (final check and interleaved pairs) has the
+    machine alone (:class:`Turns`), and whatever touches the stores, git or the budgets
+    takes turns. In turn they left the other slots idle (a GPU night's four winners took
+    1.7 of its 8 minutes on one slot)."""
     lock = threading.RLock()
     turns = Turns()
     free: queue.Queue[int] = queue.Queue()
@@ -467,7 +466,6 @@ def _select_winners_side_by_side(r: Run, lanes: list[Lane], width: int,
         try:
             if r.budget.stop.is_set() or errors:
                 return
-            lane.winner_tried = True
             slot = lane.slots[index % len(lane.slots)]
             lane.out.winner = _select_winner(r, lane, deadline, slot=slot, lock=lock,
                                              turns=turns)

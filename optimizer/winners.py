@@ -66,9 +66,8 @@ def select_winner(
     assert seed is not None
     minimize = target.primary.minimize
     contenders, tried, retries = _contenders(archive), set(), 0
-    i = -1
-    while i + 1 < len(contenders):
-        i += 1
+    i = 0
+    while i < len(contenders):
         best = contenders[i]
         tried.add(best.id)
         if not _beats_seed(target, seed, best):
@@ -110,10 +109,10 @@ def select_winner(
         # a program its final check found wrong says nothing of the next best one of its
         # structure (a knob apart, often): that one is tried next, a few times a night
         nxt = _next_of_structure(archive, best, tried)
-        if (str(evidence.get("headline", "")).startswith("final check")
-                and retries < FINAL_CHECK_RETRIES and nxt is not None):
+        if evidence.get("wrong") and retries < FINAL_CHECK_RETRIES and nxt is not None:
             retries += 1
             contenders.insert(i + 1, nxt)
+        i += 1
     return None
 
 
@@ -126,14 +125,9 @@ def _next_of_structure(archive: Archive, entry: ArchiveEntry,
                  and archive.structure_of.get(e.id, e.id) == key), None)
 
 
-def has_contender(target: TargetSpec, archive: Archive) -> bool:
-    """Whether the target has a candidate that :func:`select_winner` would go on to reduce
-    and confirm: its best structure's best beats a valid seed by ``min_gain``."""
-    return best_contender(target, archive) is not None
-
-
 def best_contender(target: TargetSpec, archive: Archive) -> ArchiveEntry | None:
-    """The candidate :func:`select_winner` would reduce and confirm first, if any."""
+    """The candidate :func:`select_winner` would reduce and confirm first, if any: its best
+    structure's best, when it beats a valid seed by ``min_gain``."""
     seed = archive.seed
     if seed is None or seed.state is not CandidateState.VALID or not seed.objectives:
         return None
@@ -206,7 +200,8 @@ def _confirm(
     try:
         final = evaluator.final_check(cand_dir, ctx)
         if final is not None and not final.ok:
-            return {"confirmed": False, "headline": f"final check: {final.reason[:300]}"}
+            return {"confirmed": False, "wrong": True,
+                    "headline": f"final check: {final.reason[:300]}"}
         checked = {"final_check": final.reason} if final is not None and final.reason else {}
         evidence = _measure_win(r, target, evaluator, ctx, cand_dir, seed_dir, seed, best)
         return {**evidence, **checked}

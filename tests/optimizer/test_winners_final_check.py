@@ -35,7 +35,8 @@ def _night(monkeypatch: pytest.MonkeyPatch, wrong: set[str],
                 best: ArchiveEntry, device_lock: Any = None) -> dict:
         confirmed.append(best.id)
         if best.id in wrong:
-            return {"confirmed": False, "headline": "final check: input 3 answered wrong"}
+            return {"confirmed": False, "wrong": True,
+                    "headline": "final check: input 3 answered wrong"}
         if best.id in timed_out_of:
             return {"confirmed": False, "headline": "speedup 1.01x, 95% CI [0.99, 1.03]"}
         return {"confirmed": True, "headline": "speedup 1.5x"}
