@@ -71,10 +71,21 @@ def tracking_server(tmp_path: Path, free_port: int, wait_healthy) -> Iterator[st
             pass
 
 
+def _held(storage: optuna.storages.RDBStorage, claims: Claims, study_id: int,
+          key: str) -> set[int]:
+    """Numbers of the RUNNING trials with a program whose claim names worker ``key``."""
+    running = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+    payloads = claims.read(study_id, [f"trial:{t.number}" for t in running])
+    return {t.number for t in running
+            if (payload := payloads.get(f"trial:{t.number}") or {}).get("files")
+            and f"worker:{payload.get('worker')}" == key}
+
+
 def _victim(storage: optuna.storages.RDBStorage, claims: Claims,
-            procs: dict[int, subprocess.Popen[bytes]]) -> tuple[int, int] | None:
-    """(pid, trial number) of a worker that has evaluated 8 candidates and now holds one
-    with a program (a trial RUNNING whose claim names it), else None."""
+            procs: dict[int, subprocess.Popen[bytes]]) -> tuple[int, set[int]] | None:
+    """(pid, trial numbers) of a worker that has evaluated 8 candidates and holds one with a
+    program, frozen (SIGSTOP) so that what it holds cannot change before it is killed; else
+    None (a worker frozen between candidates is let go on)."""
     try:
         wsid = storage.get_study_id_from_name(f"{EXPERIMENT}:workers")
         study_id = storage.get_study_id_from_name(f"{EXPERIMENT}/toy")
@@ -82,15 +93,14 @@ def _victim(storage: optuna.storages.RDBStorage, claims: Claims,
         return None
     workers = {w: v for w, v in claims.prefixed(wsid, "worker:").items()
                if v.get("candidates", 0) >= 8 and v["pid"] in procs}
-    if not workers:
-        return None
-    running = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
-    payloads = claims.read(study_id, [f"trial:{t.number}" for t in running])
     for key, record in workers.items():
-        for t in running:
-            payload = payloads.get(f"trial:{t.number}") or {}
-            if payload.get("files") and f"worker:{payload.get('worker')}" == key:
-                return record["pid"], t.number
+        if not _held(storage, claims, study_id, key):
+            continue
+        os.killpg(record["pid"], signal.SIGSTOP)
+        time.sleep(0.2)  # a commit it sent before it stopped lands first
+        if held := _held(storage, claims, study_id, key):
+            return record["pid"], held
+        os.killpg(record["pid"], signal.SIGCONT)
     return None
 
 
@@ -132,7 +142,7 @@ def test_three_workers_share_a_night_and_one_is_killed(
                 "\n".join(log.read_text()[-3000:] for log in logs))
             assert time.monotonic() - started < 120, "no worker got to 8 candidates"
             time.sleep(0.05)
-        pid, lost_trial = victim
+        pid, held = victim
         os.killpg(pid, signal.SIGKILL)
         procs[pid].wait()
         for p in procs.values():
@@ -157,7 +167,7 @@ def test_three_workers_share_a_night_and_one_is_killed(
     # the candidates the killed worker held (the one it evaluated, and the evaluated ones
     # it had not recorded yet): FAILED (worker lost) and each re-run once, elsewhere
     lost = [t for t in cands if t.user_attrs.get("reason") == WORKER_LOST]
-    assert lost_trial in {t.number for t in lost}
+    assert held <= {t.number for t in lost}, (held, [t.number for t in lost])
     payloads = claims.read(study._study_id, [f"trial:{t.number}" for t in cands])
     killed = {payloads[f"trial:{t.number}"]["worker"] for t in lost}
     assert len(killed) == 1, killed  # nothing of the living workers was lost
