@@ -1,7 +1,7 @@
 """The nightly loop: propose, apply, ask, commit, evaluate, tell, log; then pick winners.
 
-Read :func:`run`, :func:`share_the_night` (several slots or proposals: every target at
-once) and :func:`optimize_target` (one target in its slice) top to bottom; the helpers
+Read :func:`run`, :func:`share_the_night` (several slots, proposals or workers: every
+target at once) and :func:`optimize_target` (one target in its slice) top to bottom; the helpers
 below them do one thing each. Per candidate the order is chosen so that a run killed at
 any point can be resumed with Optuna, MLflow and git agreeing: ask (trial RUNNING) ->
 branch -> evaluate -> annotate branch -> tell, then the MLflow run's contents in the
@@ -152,7 +152,8 @@ def share_the_night(r: Run) -> list[TargetSummary]:
     deadline less what the targets keep for their winners; then the targets' winners are
     selected side by side, one slot each (``_select_winners_side_by_side``), or in turn,
     each in its part of what is left, when a target's kind runs alone or there is one
-    slot."""
+    slot. ``optimizer worker`` runs it too: every worker searches every target, and each
+    target's winner is selected by the one worker that claims it (``_select_winners``)."""
     horizon = Horizon(time.monotonic() + r.budget.remaining_s(), shared=True)
     lanes = [_open_lane(r, entry, horizon) for entry in r.config.targets]
     night_s = max(0.0, horizon.deadline - time.monotonic())
@@ -170,33 +171,52 @@ def share_the_night(r: Run) -> list[TargetSummary]:
     try:
         _search_concurrently(r, lanes, width)
         r.writer.flush()  # the searches' runs are complete before winners read them
+        if r.shared is not None:
+            r.shared.searched(lanes)
         chosen = [lane for lane in lanes if _seed_is_valid(r, lane)]
-        if side_by_side:
-            _select_winners_side_by_side(r, chosen, width, horizon.deadline)
-        else:
-            for k, lane in enumerate(chosen):
-                if r.budget.stop.is_set():
-                    break
-                now, kept = time.monotonic(), sum(x.reserve_s for x in chosen[k:])
-                part = lane.reserve_s / kept if kept else 1.0 / (len(chosen) - k)
-                lane.out.winner = _select_winner(
-                    r, lane, now + max(0.0, horizon.deadline - now) * part)
-                r.writer.flush()
+        _select_winners(r, chosen, width if side_by_side else 1, horizon.deadline)
     finally:
         for lane in lanes:
             _close_sandboxes(lane)
     return [_finish_summary(lane.out, lane.archive, lane.earlier) for lane in lanes]
 
 
+def _select_winners(r: Run, lanes: list[Lane], at_once: int, deadline: float) -> None:
+    """The winners of ``lanes``' targets before ``deadline``: ``at_once`` side by side, or
+    in turn, each batch in its part of what is left (its reserves' share of those still
+    to select). With workers, each batch is the targets this worker claims once their
+    search is over everywhere (``Shared.claim_winners``); the others' go to other workers."""
+    left = list(lanes)
+    while left and not r.budget.stop.is_set():
+        if r.shared is None:
+            batch = left if at_once > 1 else left[:1]
+        else:
+            batch, theirs = r.shared.claim_winners(
+                r, left, at_once, rerun=lambda lane, proposal: _candidate(
+                    r, lane, _sandbox(r, lane, lane.slots[0]), lane.slots[0], proposal))
+            left = [lane for lane in left if lane not in theirs]
+            if not batch:
+                break
+        now, kept = time.monotonic(), sum(x.reserve_s for x in left)
+        part = sum(x.reserve_s for x in batch) / kept if kept else len(batch) / len(left)
+        end = now + max(0.0, deadline - now) * part
+        if at_once > 1:
+            _select_winners_side_by_side(r, batch, at_once, end)
+        else:
+            batch[0].out.winner = _select_winner(r, batch[0], end)
+            r.writer.flush()
+        left = [lane for lane in left if lane not in batch]
+
+
 def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummary:
-    """One target within its slice of the night (the serial loop; `optimizer worker`)."""
+    """One target within its slice of the night (the serial loop of ``run``)."""
     lane = _open_lane(r, entry, Horizon(deadline))
     lane.set_slice(max(0.0, deadline - time.monotonic()))
     target, archive, out = lane.target, lane.archive, lane.out
     # a kind that cannot evaluate in several threads gets one slot, and the whole machine
     wanted = r.config.run.slots if not lane.alone else 1
     lane.slots = slot_plan.plan(wanted, type(lane.evaluator).uses_gpu)
-    serial = len(lane.slots) == 1 and r.config.proposer.concurrency == 1 and r.shared is None
+    serial = len(lane.slots) == 1 and r.config.proposer.concurrency == 1
     try:
         if serial:
             if archive.seed is None:
@@ -211,9 +231,7 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
             if not _seed_is_valid(r, lane):
                 return _finish_summary(out, archive, lane.earlier)
         r.writer.flush()  # the search's runs are complete before winners read them
-        if not r.budget.stop.is_set() and (  # of several workers, one selects the winner
-                r.shared is None or r.shared.winners_turn(
-                    r, lane, _sandbox(r, lane, lane.slots[0]), lane.slots[0])):
+        if not r.budget.stop.is_set():
             out.winner = _select_winner(r, lane, deadline)
     finally:
         _close_sandboxes(lane)

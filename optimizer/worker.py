@@ -66,7 +66,6 @@ from optimizer.records import (
     Proposal,
     candidate_number,
 )
-from optimizer.slots import Slot
 from optimizer.targets import TargetSpec
 from optimizer.tracking import Tracker
 from optimizer.vcs import BRANCH_ROOT, Workspace
@@ -270,8 +269,8 @@ class Shared:
         self._rerun_of: dict[int, tuple[Proposal, str]] = {}  # id(proposal) -> it, lost id
         self.record: dict[str, Any] = {
             "host": socket.gethostname(), "pid": os.getpid(), "started": time.time(),
-            "heartbeat": time.time(), "night": night.name, "target": "", "phase": "starting",
-            "holds": [], "candidates": 0}
+            "heartbeat": time.time(), "night": night.name, "target": "", "searching": [],
+            "phase": "starting", "holds": [], "candidates": 0}
         self._record_lock = threading.Lock()
 
     # the worker's record
@@ -297,7 +296,7 @@ class Shared:
         search.SHARED_STUDIES.add(study)
         t = _TargetState(study, study._study_id, target, archive)
         self.targets[target.name] = t
-        self.write_record(target=target.name, phase="searching")
+        self._searching(self.record["searching"] + [target.name])
         for cid in finish_pending(r, study, target, outputs):  # this clone's, left by a kill
             r.say(f"[{target.name}] {cid}: its MLflow run finished from the pending record")
         _drop_leftover_worktrees(r, target)
@@ -472,35 +471,57 @@ class Shared:
             self._rerun_of[id(rerun)] = (rerun, cid)
             t.reruns.append(rerun)
 
-    # the end of a target's search
+    # the end of the night's searches
 
-    def winners_turn(self, r: Run, lane: Any, sandbox: Any, slot: Slot) -> bool:
-        """Wait until the target's search is over everywhere (re-running lost candidates
-        meanwhile); True for the one worker that then claims its winner."""
-        from optimizer.loop import _candidate
+    def _searching(self, names: list[str]) -> None:
+        """The targets this worker searches now (its record's ``searching``)."""
+        self.write_record(searching=names, target=", ".join(names),
+                          phase="searching" if names else "finishing")
 
-        t = self.targets[lane.target.name]
+    def searched(self, lanes: list[Any]) -> None:
+        """This worker's search of ``lanes``' targets is over."""
+        done = {lane.target.name for lane in lanes}
+        self._searching([n for n in self.record["searching"] if n not in done])
+
+    def claim_winners(self, r: Run, lanes: list[Any], at_most: int,
+                      rerun: Callable[[Any, Proposal], None]) -> tuple[list[Any], list[Any]]:
+        """(the lanes whose winners this worker selects now, at most ``at_most``; the lanes
+        whose winners are another worker's). Waits until some target's search is over
+        everywhere (no worker searching it, no trial RUNNING), re-running lost candidates
+        meanwhile (``rerun``); each target's winner is claimed once for the night
+        (``winners:<night>``). Workers look at the targets from different places in the
+        list, so that several of them take different targets' winners at once."""
         key = f"winners:{self.night.name}"
-        self.write_record(phase="finishing")
-        while True:
-            if r.budget.stop.is_set():
-                return False
-            self._recover(r, t)
-            if t.reruns:
-                _candidate(r, lane, sandbox, slot, t.reruns.pop(0))
-                continue
-            if self.claims.read(t.study_id, [key]):
-                return False  # another worker selects it
-            if self._search_over(t):
+        start = zlib.crc32(self.wid.encode()) % len(lanes) if lanes else 0
+        order = lanes[start:] + lanes[:start]
+        mine: list[Any] = []
+        theirs: list[Any] = []
+        while not r.budget.stop.is_set():
+            for lane in order:
+                if lane in mine or lane in theirs or len(mine) >= at_most:
+                    continue
+                t = self.targets[lane.target.name]
+                self._recover(r, t)
+                if t.reruns:
+                    rerun(lane, t.reruns.pop(0))
+                    continue
+                if self.claims.read(t.study_id, [key]):
+                    theirs.append(lane)  # another worker selects it
+                elif self._search_over(t):
+                    r.writer.flush()  # this worker's records are in before the winner reads
+                    if self.claims.take(t.study_id, key, {"by": self.wid, "at": time.time()}):
+                        self._refresh(r, t, lane.names)
+                        mine.append(lane)
+                        r.say(f"[{t.target.name}] this worker selects the night's winner")
+                    else:
+                        theirs.append(lane)
+            if mine or len(theirs) == len(lanes):
                 break
             time.sleep(min(1.0, self.heartbeat_s / 2))
-        r.writer.flush()
-        if not self.claims.take(t.study_id, key, {"by": self.wid, "at": time.time()}):
-            return False
-        self._refresh(r, t, lane.names)
-        self.write_record(phase="selecting the winner")
-        r.say(f"[{t.target.name}] this worker selects the night's winner")
-        return True
+        if mine:
+            self.write_record(phase="selecting the winner",
+                              target=", ".join(lane.target.name for lane in mine))
+        return mine, theirs
 
     def _search_over(self, t: _TargetState) -> bool:
         if self.storage.get_all_trials(t.study_id, deepcopy=False, states=(TrialState.RUNNING,)):
@@ -508,7 +529,8 @@ class Shared:
         now = time.time()
         for wid, rec in self.workers().items():
             if (wid != self.wid and rec.get("night") == self.night.name
-                    and rec.get("target") == t.target.name and rec.get("phase") == "searching"
+                    and rec.get("phase") != "done"
+                    and t.target.name in rec.get("searching", [rec.get("target")])
                     and now - float(rec.get("heartbeat", 0)) < self.grace_s):
                 return False
         return True
@@ -546,7 +568,7 @@ class Heartbeat:
 def work(config: ExperimentConfig, *, proposer: Any = None,
          say: Callable[[str], None] = print) -> RunSummary:
     """Join (or start) the experiment's night and work on it until its time is up."""
-    from optimizer.loop import optimize_target
+    from optimizer.loop import share_the_night
     from optimizer.stores import enable_fast_sqlite
 
     for note in check_shared(config):
@@ -558,12 +580,7 @@ def work(config: ExperimentConfig, *, proposer: Any = None,
                          base=config.base, remote=config.vcs.push)
     try:
         ws.fetch_experiment()
-        try:
-            storage = SharedStorage(config.search.storage, config.worker.heartbeat_s,
-                                    config.worker.grace)
-        except Exception as exc:  # noqa: BLE001 - any driver's error, named
-            raise ConfigError(f"cannot open the Optuna storage: {exc}",
-                              key="search.storage") from None
+        storage = _storage(config)
         claims = Claims(storage)
         wsid = optuna.create_study(storage=storage, study_name=workers_study(config.name),
                                    load_if_exists=True)._study_id
@@ -574,9 +591,24 @@ def work(config: ExperimentConfig, *, proposer: Any = None,
         # would propose the same programs everywhere: duplicates)
         config = dataclasses.replace(config, seed=zlib.crc32(f"{config.seed}/{wid}".encode()))
         return _work(config, ws, storage, claims, tracker, night, wid, wsid, proposer, say,
-                     optimize_target)
+                     share_the_night)
     finally:
         ws.close()
+
+
+def _storage(config: ExperimentConfig) -> SharedStorage:
+    """The shared Optuna storage; workers that start at once on a new database race its
+    table creation (a "table ... already exists" error): the next try finds the tables."""
+    for attempt in range(5):
+        try:
+            return SharedStorage(config.search.storage, config.worker.heartbeat_s,
+                                 config.worker.grace)
+        except Exception as exc:  # noqa: BLE001 - any driver's error, named
+            if attempt == 4 or "already exists" not in str(exc):
+                raise ConfigError(f"cannot open the Optuna storage: {exc}",
+                                  key="search.storage") from None
+            time.sleep(0.5 + attempt)
+    raise AssertionError("unreachable")
 
 
 def _tracker(config: ExperimentConfig) -> Tracker:
@@ -594,7 +626,7 @@ def _tracker(config: ExperimentConfig) -> Tracker:
 
 def _work(config: ExperimentConfig, ws: SharedWorkspace, storage: SharedStorage, claims: Claims,
           tracker: Tracker, night: Night, wid: str, wsid: int, proposer: Any,
-          say: Callable[[str], None], optimize_target: Any) -> RunSummary:
+          say: Callable[[str], None], share_the_night: Any) -> RunSummary:
     from optimizer.proposers import make_proposer
 
     pointer = config.state_dir / "logs" / f"{config.name}.night.json"
@@ -613,18 +645,8 @@ def _work(config: ExperimentConfig, ws: SharedWorkspace, storage: SharedStorage,
         f"{len(config.targets)} target(s), {budget.minutes:.1f} min left, "
         f"proposer {the_proposer.name}")
     try:
-        with Heartbeat(shared), StopOnSigint(budget):
-            total = sum(t.share for t in config.targets)
-            done = 0.0
-            for entry in config.targets:  # the same slices on every worker
-                done += entry.share
-                end = night.start + night.minutes * 60 * done / total
-                if time.time() >= end:
-                    continue
-                deadline = time.monotonic() + end - time.time()
-                summary.targets.append(optimize_target(r, entry, deadline))
-                if budget.stop.is_set() or summary.stop_reason:
-                    break
+        with Heartbeat(shared), StopOnSigint(budget):  # every target at once, as `run` does
+            summary.targets.extend(share_the_night(r))
             summary.stop_reason = summary.stop_reason or budget.exhausted() or "all targets done"
             writer.flush()
     finally:
