@@ -41,13 +41,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "optimizer"))
-
-import conftest  # noqa: E402  (the toy target lives with the tests)
 
 from optimizer import loop, night  # noqa: E402
 from optimizer.config import load_experiment  # noqa: E402
 from optimizer.proposers import make_proposer  # noqa: E402
+from optimizer.testing import toy  # noqa: E402
 
 
 def _stats(values: list[float]) -> dict[str, float]:
@@ -121,7 +119,7 @@ def night_overhead(n: int) -> dict[str, Any]:
     loop._search = timed_search  # type: ignore[assignment]
     night.Writer.submit = timed_submit  # type: ignore[method-assign]
     with tempfile.TemporaryDirectory() as tmp:
-        repo = conftest.make_toy_repo(Path(tmp) / "repo")
+        repo = toy.make_toy_repo(Path(tmp) / "repo")
         cfg = load_experiment(
             repo / "experiments/toy.toml",
             [f"budget.max_candidates={n}", "budget.minutes=30", "stats.minimize_trials=0"],
@@ -174,7 +172,7 @@ def night_overhead(n: int) -> dict[str, Any]:
 def function_cost(repeats: int = 5, sleep_s: float = 0.5) -> dict[str, Any]:
     """``optimizer evaluate`` cost_s of a target whose evaluate() sleeps ``sleep_s``."""
     with tempfile.TemporaryDirectory() as tmp:
-        repo = conftest.make_toy_repo(Path(tmp) / "repo", conftest.SLOW_EVALUATE)
+        repo = toy.make_toy_repo(Path(tmp) / "repo", toy.SLOW_EVALUATE)
         env = {**os.environ, "TOY_EVAL_S": str(sleep_s),
                "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
         costs = []

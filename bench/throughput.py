@@ -26,13 +26,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "optimizer"))
-
-import conftest  # noqa: E402  (the toy target lives with the tests)
 
 from optimizer.config import load_experiment  # noqa: E402
 from optimizer.loop import run  # noqa: E402
 from optimizer.proposers.offline import OfflineProposer  # noqa: E402
+from optimizer.testing import toy  # noqa: E402
 
 CONFIGS = ((1, 1), (1, 4), (2, 1), (2, 4), (2, 8))
 
@@ -90,7 +88,7 @@ def main() -> None:
     configs = [tuple(int(x) for x in c.split("x")) for c in args.configs.split(",")]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        repo = conftest.make_toy_repo(Path(tmp) / "repo", conftest.SLOW_EVALUATE)
+        repo = toy.make_toy_repo(Path(tmp) / "repo", toy.SLOW_EVALUATE)
         for slots, conc in configs:
             row = measure(repo, slots, conc, args.candidates, args.proposal_s)
             serial = slots == 1 and conc == 1

@@ -59,3 +59,46 @@ def test_kernel_night_script_exports_what_the_night_kept(tmp_path: Path) -> None
         assert (out / "kept" / f"{t}.py").read_text() == (
             ROOT / "targets" / "kernels" / t / "kernel.py").read_text()
     assert "all targets done" in (out / "night.log").read_text()
+
+
+@pytest.mark.slow
+def test_multigpu_script_dry_run_on_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The several-GPU run on two toy targets, without GPUs (``--gpus 2`` forced): both
+    nights, then two workers of which one is killed mid-candidate; the checks it makes of
+    the stores find nothing wrong."""
+    from optimizer.testing.toy import (
+        SLOW_EVALUATE,
+        add_toy_target,
+        git,
+        make_toy_repo,
+        write_experiment,
+    )
+
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    repo = make_toy_repo(tmp_path / "repo", SLOW_EVALUATE)
+    add_toy_target(repo, "toy2", evaluate=SLOW_EVALUATE)
+    write_experiment(repo, "pair", body='[targets.settings.evaluator]\nrepeats = 1\n'
+                     '[[targets]]\npath = "targets/function/toy2"\n'
+                     '[targets.settings.evaluator]\nrepeats = 1\n')
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "pair")
+    out = tmp_path / "out"
+    env = {**os.environ, "TOY_EVAL_S": "0.2"}
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "multigpu_h200.py"), "--repo", str(repo),
+         "--experiment", "experiments/pair.toml", "--out", str(out), "--minutes", "0.5",
+         "--gpus", "2", "--per-gpu", "1", "--kill-after", "3",
+         "--set", "budget.max_candidates=40"],
+        cwd=tmp_path, env=env, timeout=600, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    data = json.loads((out / "multigpu.json").read_text())
+    for key, slots in (("one_gpu", 1), ("all_gpus", 2)):
+        rec = data["nights"][key]
+        assert rec["exit"] == 0 and rec["slots"] == slots, rec["log_tail"]
+        assert set(rec["targets"]) == {"toy", "toy2"} and rec["candidates"] > 2
+    w = data["workers"]
+    assert w["ok"], w["problems"]
+    assert w["killed"] and w["killed"]["held"], w["killed"]
+    assert w["consistent"] and len(w["candidates_by_worker"]) == 2
+    assert sum(len(t["lost"]) for t in w["targets"].values()) >= 1
+    assert "throughput ratio" in res.stdout

@@ -26,6 +26,7 @@ from optimizer.claims import Claims
 from optimizer.config import load_experiment
 from optimizer.records import WORKER_LOST
 from optimizer.status import collect_status
+from optimizer.testing import servers
 
 pytestmark = pytest.mark.slow
 
@@ -38,37 +39,10 @@ def _git(repo: Path, *args: str) -> str:
                           text=True).stdout
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            continue
-
-
 @pytest.fixture
-def tracking_server(tmp_path: Path, free_port: int, wait_healthy) -> Iterator[str]:
-    store = tmp_path / "mlflow-server"
-    store.mkdir()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port",
-         str(free_port), "--backend-store-uri", f"sqlite:///{store / 'mlflow.db'}",
-         "--artifacts-destination", (store / "artifacts").as_uri(), "--workers", "2"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    uri = f"http://127.0.0.1:{free_port}"
-    try:
-        wait_healthy(uri, server, "the tracking server")
+def tracking_server(tmp_path: Path) -> Iterator[str]:
+    with servers.mlflow_server(tmp_path / "mlflow-server") as uri:
         yield uri
-    finally:
-        _stop(server)
-        try:
-            os.killpg(server.pid, signal.SIGKILL)  # workers the server left behind
-        except ProcessLookupError:
-            pass
 
 
 def _held(storage: optuna.storages.RDBStorage, claims: Claims, study_id: int,
@@ -151,7 +125,7 @@ def test_three_workers_share_a_night_and_one_is_killed(
                                                            for log in logs)
     finally:
         for p in procs.values():
-            _stop(p)
+            servers.stop_group(p)
     took = time.monotonic() - started
     out = "\n".join(log.read_text() for log in logs)
 
