@@ -26,9 +26,10 @@ def _git(repo: Path, *args: str) -> str:
                           text=True).stdout
 
 
+@pytest.mark.parametrize("slots", [1, 2])  # winners in turn; side by side, a slot each
 def test_two_workers_search_both_targets_at_once(
         toy_repo: Path, tmp_path: Path, slow_evaluate: str, experiment_writer,
-        toy_target_adder) -> None:
+        toy_target_adder, slots: int) -> None:
     (toy_repo / "targets/function/toy/evaluate.py").write_text(slow_evaluate)
     toy_target_adder(toy_repo, "toy2", evaluate=slow_evaluate)
     experiment_writer(toy_repo, EXPERIMENT, body='[targets.settings.evaluator]\nrepeats = 1\n'
@@ -40,7 +41,8 @@ def test_two_workers_search_both_targets_at_once(
     subprocess.run(["git", "clone", "-q", "--bare", str(toy_repo), str(remote)], check=True)
     storage_url = f"sqlite:///{tmp_path / 'optuna.db'}"
     flags = ["--storage", storage_url, "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
-             "--remote", "origin", "--minutes", "1.2", "--set", "budget.max_candidates=40"]
+             "--remote", "origin", "--minutes", "1.2", "--slots", str(slots),
+             "--set", "budget.max_candidates=40"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOY_EVAL_S": "0.2",
            "PYTHONPATH": str(Path(optimizer.__file__).resolve().parents[1])}
     procs, logs = [], []
