@@ -42,10 +42,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from evaluators.function import toy  # noqa: E402
 from optimizer import loop, night  # noqa: E402
 from optimizer.config import load_experiment  # noqa: E402
 from optimizer.proposers import make_proposer  # noqa: E402
-from optimizer.testing import toy  # noqa: E402
 
 
 def _stats(values: list[float]) -> dict[str, float]:

@@ -153,14 +153,15 @@ def _held(storage: optuna.storages.RDBStorage, claims: Claims, study_ids: list[i
     return held
 
 
-def _kill_one(url: str, name: str, targets: list[str], pids: set[int], after: int,
-              timeout_s: float) -> dict[str, Any] | None:
-    """Freeze, read and SIGKILL the first worker (of ``pids``) that has claimed ``after``
-    candidates and holds one with a program; None if none did within ``timeout_s``."""
+def _kill_one(url: str, name: str, targets: list[str],
+              procs: dict[int, subprocess.Popen[bytes]], after: int,
+              ) -> dict[str, Any] | None:
+    """Freeze, read and SIGKILL the first worker (of ``procs``) that has claimed ``after``
+    candidates and holds one with a program; None if none did before they all ended."""
     storage = optuna.storages.RDBStorage(url)
     claims = Claims(storage)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    pids = set(procs)
+    while any(p.poll() is None for p in procs.values()):
         time.sleep(0.1)
         try:
             wsid = storage.get_study_id_from_name(workers_study(name))
@@ -294,7 +295,7 @@ def workers(repo: Path, experiment: Path, name: str, minutes: float, slots: int,
                 stdout=logs[-1].open("w"), stderr=subprocess.STDOUT, start_new_session=True)
             procs[proc.pid] = proc
             stack.callback(servers.stop_group, proc)
-        killed = _kill_one(url, name, targets, set(procs), kill_after, minutes * 60)
+        killed = _kill_one(url, name, targets, procs, kill_after)
         result["killed"] = killed
         codes = {}
         for pid, proc in procs.items():

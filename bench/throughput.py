@@ -27,10 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from evaluators.function import toy  # noqa: E402
 from optimizer.config import load_experiment  # noqa: E402
 from optimizer.loop import run  # noqa: E402
 from optimizer.proposers.offline import OfflineProposer  # noqa: E402
-from optimizer.testing import toy  # noqa: E402
 
 CONFIGS = ((1, 1), (1, 4), (2, 1), (2, 4), (2, 8))
 

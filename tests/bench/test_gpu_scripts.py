@@ -66,7 +66,7 @@ def test_multigpu_script_dry_run_on_cpu(tmp_path: Path, monkeypatch: pytest.Monk
     """The several-GPU run on two toy targets, without GPUs (``--gpus 2`` forced): both
     nights, then two workers of which one is killed mid-candidate; the checks it makes of
     the stores find nothing wrong."""
-    from optimizer.testing.toy import (
+    from evaluators.function.toy import (
         SLOW_EVALUATE,
         add_toy_target,
         git,
@@ -88,7 +88,8 @@ def test_multigpu_script_dry_run_on_cpu(tmp_path: Path, monkeypatch: pytest.Monk
         [sys.executable, str(ROOT / "bench" / "multigpu_h200.py"), "--repo", str(repo),
          "--experiment", "experiments/pair.toml", "--out", str(out), "--minutes", "0.5",
          "--gpus", "2", "--per-gpu", "1", "--kill-after", "3",
-         "--set", "budget.max_candidates=40"],
+         "--set", "budget.max_candidates=40", "--set", "targets.toy.max_candidates=16",
+         "--set", "targets.toy2.max_candidates=16"],  # both targets' turns in the serial night
         cwd=tmp_path, env=env, timeout=600, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     data = json.loads((out / "multigpu.json").read_text())

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.testing import servers
-from optimizer.testing.toy import (
+from evaluators.function.toy import (
     NOTING_EVALUATE,
     SLOW_EVALUATE,
     add_toy_target,
     make_toy_repo,
     write_experiment,
 )
+from optimizer.testing import servers
 
 
 @pytest.fixture
