@@ -448,11 +448,13 @@ def cmd_ui(args: argparse.Namespace) -> int:
     try:
         return proc.wait()
     except KeyboardInterrupt:
-        _stop_group(proc)
+        stop_process_group(proc)
         return 0
 
 
-def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+def stop_process_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to ``proc``'s process group, then SIGKILL; once the leader has exited, the
+    rest of the group is killed too (a server's own workers)."""
     for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(proc.pid, sig)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -54,19 +53,11 @@ def wait_healthy(base: str, proc: subprocess.Popen[bytes], what: str,
         time.sleep(0.5)
 
 
-def stop_group(proc: subprocess.Popen[bytes], timeout_s: float = 20) -> None:
-    """SIGTERM to ``proc``'s process group, then SIGKILL to what is left of it."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            continue
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)  # children it left behind
+def stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """Stop ``proc``'s whole process group (``optimizer ui``'s way of stopping its server)."""
+    from optimizer.cli import stop_process_group
+
+    stop_process_group(proc)
 
 
 def postgres_bin() -> Path | None:
