@@ -580,7 +580,8 @@ def work(config: ExperimentConfig, *, proposer: Any = None,
                          base=config.base, remote=config.vcs.push)
     try:
         ws.fetch_experiment()
-        storage = _storage(config)
+        storage = open_storage(config.search.storage, config.worker.heartbeat_s,
+                               config.worker.grace)
         claims = Claims(storage)
         wsid = optuna.create_study(storage=storage, study_name=workers_study(config.name),
                                    load_if_exists=True)._study_id
@@ -596,15 +597,20 @@ def work(config: ExperimentConfig, *, proposer: Any = None,
         ws.close()
 
 
-def _storage(config: ExperimentConfig) -> SharedStorage:
+# what a worker that loses the race to create a new database's tables is told
+_CREATION_RACE = ("already exists", "UNIQUE constraint failed", "duplicate key",
+                  "database is locked")
+
+
+def open_storage(url: str, heartbeat_s: int, grace_s: int, tries: int = 5) -> SharedStorage:
     """The shared Optuna storage; workers that start at once on a new database race its
-    table creation (a "table ... already exists" error): the next try finds the tables."""
-    for attempt in range(5):
+    table creation and schema stamp ("table ... already exists", "UNIQUE constraint failed:
+    alembic_version"): the next try finds them made."""
+    for attempt in range(tries):
         try:
-            return SharedStorage(config.search.storage, config.worker.heartbeat_s,
-                                 config.worker.grace)
+            return SharedStorage(url, heartbeat_s, grace_s)
         except Exception as exc:  # noqa: BLE001 - any driver's error, named
-            if attempt == 4 or "already exists" not in str(exc):
+            if attempt == tries - 1 or not any(m in str(exc) for m in _CREATION_RACE):
                 raise ConfigError(f"cannot open the Optuna storage: {exc}",
                                   key="search.storage") from None
             time.sleep(0.5 + attempt)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -142,3 +143,33 @@ def test_a_worker_without_shared_stores_says_what_it_needs(
     if missing == "storage":
         assert "postgresql" in err and "sqlite" in err  # several machines, and one
     assert not (toy_repo / ".optimizer" / "optuna.db").exists()  # nothing written
+
+
+def _open_in_process(url: str, tries: int, start, answers) -> None:  # type: ignore[no-untyped-def]
+    from optimizer.worker import open_storage
+
+    start.wait()
+    try:
+        open_storage(url, 1, 3, tries=tries)
+        answers.put("ok")
+    except Exception as exc:  # noqa: BLE001 - the answer is the error's text
+        answers.put(str(exc)[:300])
+
+
+def test_workers_starting_at_once_on_a_new_database_all_open_it(tmp_path: Path) -> None:
+    # six workers create a new sqlite file's tables at the same moment: the ones that lose
+    # the race ("table ... already exists", "UNIQUE constraint failed: alembic_version")
+    # open it again and find the tables made
+    url = f"sqlite:///{tmp_path / 'new.db'}"
+    ctx = multiprocessing.get_context("spawn")
+    start, answers = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_open_in_process, args=(url, 5, start, answers))
+             for _ in range(6)]
+    for p in procs:
+        p.start()
+    time.sleep(3.0)  # every process imported and waiting
+    start.set()
+    got = [answers.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+    assert got == ["ok"] * 6, got
