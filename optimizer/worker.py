@@ -31,7 +31,9 @@ git remote. Optuna's storage is the only shared state; there is no scheduler or 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import json
 import logging
 import os
@@ -41,7 +43,7 @@ import time
 import uuid
 import warnings
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -602,13 +604,33 @@ _CREATION_RACE = ("already exists", "UNIQUE constraint failed", "duplicate key",
                   "database is locked")
 
 
+@contextlib.contextmanager
+def _sqlite_turn(url: str) -> Iterator[None]:
+    """For a sqlite URL, a lock file beside the database held meanwhile: workers on this
+    machine create or migrate a new file's schema one at a time (MLflow's migrations,
+    run by two processes at once, leave each other's temporary tables: "table
+    _alembic_tmp_tags already exists"). Other URLs: nothing."""
+    if not url.startswith("sqlite:///"):
+        yield
+        return
+    path = Path(url.removeprefix("sqlite:///"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{path}.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def open_storage(url: str, heartbeat_s: int, grace_s: int, tries: int = 5) -> SharedStorage:
     """The shared Optuna storage; workers that start at once on a new database race its
     table creation and schema stamp ("table ... already exists", "UNIQUE constraint failed:
-    alembic_version"): the next try finds them made."""
+    alembic_version"): on sqlite they take turns, elsewhere the next try finds them made."""
     for attempt in range(tries):
         try:
-            return SharedStorage(url, heartbeat_s, grace_s)
+            with _sqlite_turn(url):
+                return SharedStorage(url, heartbeat_s, grace_s)
         except Exception as exc:  # noqa: BLE001 - any driver's error, named
             if attempt == tries - 1 or not any(m in str(exc) for m in _CREATION_RACE):
                 raise ConfigError(f"cannot open the Optuna storage: {exc}",
@@ -618,11 +640,14 @@ def open_storage(url: str, heartbeat_s: int, grace_s: int, tries: int = 5) -> Sh
 
 
 def _tracker(config: ExperimentConfig) -> Tracker:
-    """The tracker; workers that start at once on one sqlite file may race MLflow's schema
-    migration (a "duplicate column" error): the next try finds the schema made."""
+    """The tracker; workers that start at once on one sqlite file take turns at MLflow's
+    schema migration (``_sqlite_turn``), and one that still meets another's half-made
+    schema (a "duplicate column" error) tries again."""
     for attempt in range(5):
         try:
-            return Tracker(config.tracking_uri, config.name, config.state_dir / "mlartifacts")
+            with _sqlite_turn(config.tracking_uri):
+                return Tracker(config.tracking_uri, config.name,
+                               config.state_dir / "mlartifacts")
         except Exception:
             if attempt == 4 or not config.tracking_uri.startswith("sqlite:"):
                 raise

@@ -89,7 +89,8 @@ def test_multigpu_script_dry_run_on_cpu(tmp_path: Path, monkeypatch: pytest.Monk
          "--experiment", "experiments/pair.toml", "--out", str(out), "--minutes", "0.5",
          "--gpus", "2", "--per-gpu", "1", "--kill-after", "3",
          "--set", "budget.max_candidates=40", "--set", "targets.toy.max_candidates=16",
-         "--set", "targets.toy2.max_candidates=16"],  # both targets' turns in the serial night
+         "--set", "targets.toy2.max_candidates=16",  # both targets' turns in the serial night
+         "--set", "worker.heartbeat_s=1", "--set", "worker.grace_s=3"],  # records each second
         cwd=tmp_path, env=env, timeout=600, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     data = json.loads((out / "multigpu.json").read_text())
