@@ -56,7 +56,7 @@ from optuna.trial import TrialState  # noqa: E402
 
 from optimizer.claims import Claims  # noqa: E402
 from optimizer.config import load_experiment  # noqa: E402
-from optimizer.records import WORKER_LOST  # noqa: E402
+from optimizer.records import WORKER_LOST, CandidateRecord  # noqa: E402
 from optimizer.status import collect_status  # noqa: E402
 from optimizer.testing import servers  # noqa: E402
 from optimizer.worker import workers_study  # noqa: E402
@@ -142,14 +142,16 @@ def night(repo: Path, experiment: Path, name: str, minutes: float, slots: int,
 
 def _held(storage: optuna.storages.RDBStorage, claims: Claims, study_ids: list[int],
           wid: str) -> list[tuple[int, int]]:
-    """(study id, trial number) of the RUNNING trials with a program that ``wid`` claimed."""
+    """(study id, trial number) of the RUNNING trials with a program that ``wid`` claimed
+    and has not recorded whole yet."""
     held = []
     for sid in study_ids:
         running = storage.get_all_trials(sid, deepcopy=False, states=(TrialState.RUNNING,))
         payloads = claims.read(sid, [f"trial:{t.number}" for t in running])
         held += [(sid, t.number) for t in running
                  if (p := payloads.get(f"trial:{t.number}") or {}).get("files")
-                 and p.get("worker") == wid]
+                 and p.get("worker") == wid
+                 and not CandidateRecord.from_trial(t).complete]  # whole: only its tell lost
     return held
 
 
@@ -236,12 +238,14 @@ def _check_workers(url: str, tracking: str, remote: Path, clone: Path, experimen
         per_target[target] = {
             "candidates": len(cands),
             "states": dict(collections.Counter(t.user_attrs.get("state", "?") for t in cands)),
-            "lost": [t.user_attrs["candidate"] for t in lost], "reruns": reruns,
+            "lost": [t.user_attrs["candidate"] for t in lost],
+            "lost_trials": [t.number for t in lost], "reruns": reruns,
             "winner_selected_by": [v.get("by") for v in winners.values()],
             "winner": study.user_attrs.get("winner")}
-    if killed is not None and not any(
-            per_target.get(h.split(" trial ")[0], {}).get("lost") for h in killed["held"]):
-        problems.append("the killed worker's candidate is not recorded lost")
+    for held in (killed or {}).get("held", []):  # "<target> trial <number>"
+        target, number = held.split(" trial ")
+        if int(number) not in per_target.get(target, {}).get("lost_trials", []):
+            problems.append(f"{held}, held by the killed worker, is not recorded lost")
     cfg = load_experiment(clone / experiment, [
         *sets, f'search.storage="{url}"', f'tracking.uri="{tracking}"', 'vcs.push="origin"'],
         workspace=clone)

@@ -24,7 +24,7 @@ from optuna.trial import TrialState
 import optimizer
 from optimizer.claims import Claims
 from optimizer.config import load_experiment
-from optimizer.records import WORKER_LOST
+from optimizer.records import WORKER_LOST, CandidateRecord
 from optimizer.status import collect_status
 from optimizer.testing import servers
 
@@ -47,12 +47,15 @@ def tracking_server(tmp_path: Path) -> Iterator[str]:
 
 def _held(storage: optuna.storages.RDBStorage, claims: Claims, study_id: int,
           key: str) -> set[int]:
-    """Numbers of the RUNNING trials with a program whose claim names worker ``key``."""
+    """Numbers of the RUNNING trials with a program whose claim names worker ``key`` and
+    whose record is not whole yet (one recorded whole lost only its tell, which the
+    survivors give it: it is not lost)."""
     running = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
     payloads = claims.read(study_id, [f"trial:{t.number}" for t in running])
     return {t.number for t in running
             if (payload := payloads.get(f"trial:{t.number}") or {}).get("files")
-            and f"worker:{payload.get('worker')}" == key}
+            and f"worker:{payload.get('worker')}" == key
+            and not CandidateRecord.from_trial(t).complete}
 
 
 def _victim(storage: optuna.storages.RDBStorage, claims: Claims,
