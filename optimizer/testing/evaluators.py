@@ -169,6 +169,11 @@ class EvaluatorContract:
         metric, minimize = target.primary.metric, target.primary.minimize
         seed, cheat = seed_result.metrics[metric], res.metrics[metric]
         better = seed / cheat if minimize else cheat / seed
+        if better >= 1.5:  # the seed was measured earlier, maybe on a busier machine: again now
+            again = bench.evaluate()
+            if again.state is CandidateState.VALID:
+                seed = again.metrics[metric]
+                better = seed / cheat if minimize else cheat / seed
         assert better < 1.5, (
             f"{metric} {seed:.4g} -> {cheat:.4g} with the candidate's clocks stopped: "
             "the measurement trusts a clock the candidate can replace")
