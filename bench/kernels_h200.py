@@ -98,6 +98,16 @@ def substitute(source: str, values: dict) -> str:
     return KNOB.sub(repl, source)
 
 
+def night_workloads(tdir: Path) -> list[tuple[str, dict, list | None]]:
+    """The GPU workloads a night times (target.toml), instead of the bench's headline ones."""
+    import tomllib
+
+    spec = tomllib.loads((tdir / "target.toml").read_text())
+    return [(w["name"], w["args"], w.get("init"))
+            for w in spec.get("evaluator", {}).get("workloads", [])
+            if w.get("device", "cuda") == "cuda" and not w.get("skip")]
+
+
 def load_module(path: Path, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
@@ -108,8 +118,10 @@ def load_module(path: Path, name: str):
 
 class Bench:
     def __init__(self, out: Path, reps: int, search_reps: int, grid_max: int = MAX_GRID,
-                 night: Path | None = None):
+                 night: Path | None = None, variants: str = "", night_workloads: bool = False):
         self.out, self.reps, self.search_reps = out, reps, search_reps
+        self.variants = set(filter(None, variants.split(",")))
+        self.night_workloads = night_workloads
         self.night = night
         self.grid_max = grid_max
         self.copy_gbs = timing.copy_bandwidth_gbs()
@@ -156,11 +168,14 @@ class Bench:
             sources[f"seed{values}"] = substitute(seed_src, values)
         for vpath in sorted((tdir / "variants").glob("*.py")) if (tdir / "variants").exists() \
                 else []:
+            if self.variants and vpath.stem not in self.variants:
+                continue
             vsrc = vpath.read_text()
             for values in near_first(vsrc)[:self.grid_max]:
                 sources[f"{vpath.stem}{values}"] = substitute(vsrc, values)
         cases = []
-        for wname, args, init in WORKLOADS[target]:
+        for wname, args, init in (night_workloads(tdir) if self.night_workloads
+                                  else WORKLOADS[target]):
             init = list(init if init is not None else ref.get_init_inputs())
             dt = numerics.torch_dtype(args["dtype"])
             cases.append((wname, args, init, dt))
@@ -335,6 +350,10 @@ def main() -> None:
     ap.add_argument("--grid-max", type=int, default=MAX_GRID)
     ap.add_argument("--night", type=Path, default=None,
                     help="folder of <target>.py programs a GPU night kept (timed as 'night')")
+    ap.add_argument("--variants", default="",
+                    help="search only these variants/ (file stems, comma-separated)")
+    ap.add_argument("--night-workloads", action="store_true",
+                    help="time the workloads of each target.toml (a night's objective)")
     ap.add_argument("--evaluator", default="",
                     help="also run the sandboxed KernelEvaluator on these targets' seeds")
     args = ap.parse_args()
@@ -342,7 +361,8 @@ def main() -> None:
         sys.exit("needs a CUDA GPU")
     for target in filter(None, args.evaluator.split(",")):
         evaluator_check(target)
-    bench = Bench(args.out, args.reps, args.search_reps, args.grid_max, args.night)
+    bench = Bench(args.out, args.reps, args.search_reps, args.grid_max, args.night,
+                  args.variants, args.night_workloads)
     for target in args.targets.split(","):
         bench.run_target(target)
         bench.write()
