@@ -166,9 +166,7 @@ def _check(payload: dict, io_dir: Path, cand: _Candidate) -> dict:
         if params:
             model.load_state_dict(params, strict=True)
         model = model.to(device)
-        # onto the device once: each call's fresh inputs are then device-side copies
-        sets = {k: load_file(str(io_dir / f"{wid}.{k}.safetensors"), device=device)
-                for k in "ABC"}
+        sets = {k: load_file(str(io_dir / f"{wid}.{k}.safetensors")) for k in "ABC"}
         n = w["n_inputs"]
         scalars = {int(k): v for k, v in w["scalars"].items()}
 
