@@ -81,9 +81,10 @@ class _Site:
 
 def _new_numbers(value: int | float, powers: bool = False) -> list[int | float]:
     """Nearby values of a literal. With ``powers`` (a module that launches Triton kernels)
-    a power of two stays one: block sizes and ``num_warps`` must be (7 warps fail at launch)."""
-    if isinstance(value, int) and powers and value >= 2 and value & (value - 1) == 0:
-        return [value // 2, value * 2]
+    a power of two stays one: block sizes and ``num_warps`` must be (7 warps fail at launch,
+    and 1 halved is 0: ``num_warps=1`` became 0 on an H200 night)."""
+    if isinstance(value, int) and powers and value >= 1 and value & (value - 1) == 0:
+        return [value // 2, value * 2] if value >= 2 else [2]
     if isinstance(value, int):
         if value == 0:
             return [1]
@@ -95,6 +96,12 @@ def _new_numbers(value: int | float, powers: bool = False) -> list[int | float]:
         return [0.5, 1.0]
     # Doubling 1e308 gives inf, which repr() writes as a name that does not exist.
     return [v for v in (value * 0.5, value * 2.0) if math.isfinite(v) and v != value]
+
+
+def _builds_a_power(node: ast.BinOp) -> bool:
+    """``1 << k``: a power of two built by shifting (a block or tile size)."""
+    return (isinstance(node.op, ast.LShift) and isinstance(node.left, ast.Constant)
+            and node.left.value == 1)
 
 
 def _float_context(node: ast.BinOp, parent: ast.AST | None) -> bool:
@@ -200,6 +207,8 @@ class _Finder:
             elif isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
                 if _is_text(node.left) or _is_text(node.right):
                     continue  # string concatenation and formatting are not arithmetic
+                if self.powers and _builds_a_power(node):
+                    continue  # 1 << k is a tile size; 1 >> k is 0 (tl.arange(0, 0) fails)
                 symbol, new, when = _BINARY[type(node.op)]
                 if when == "always" or _float_context(node, parents.get(node)):
                     self.operator(node.left, node.right, symbol, new, 1.0)

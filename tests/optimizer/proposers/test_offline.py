@@ -337,13 +337,26 @@ def test_powers_of_two_stay_powers_of_two_in_triton_modules():
         out = prop.propose(context(entry({"kernel.py": KERNEL}), iteration=iteration))
         seen.update(re.findall(r"`(\d+)` -> `(\d+)`", out.summary))
     assert ("16", "8") in seen or ("16", "32") in seen
-    assert seen and all(int(new) & (int(new) - 1) == 0 for old, new in seen
-                        if int(old) & (int(old) - 1) == 0), seen
+    assert seen and all(int(new) > 0 and int(new) & (int(new) - 1) == 0 for old, new in seen
+                        if int(old) > 0 and int(old) & (int(old) - 1) == 0), seen
     from optimizer.proposers.offline import _new_numbers
 
     assert _new_numbers(8, powers=True) == [4, 16]
+    assert _new_numbers(1, powers=True) == [2]  # num_warps=1 never becomes 0
     assert {7, 9} <= set(_new_numbers(8))  # elsewhere a small literal moves by one too
     assert _new_numbers(6, powers=True) == _new_numbers(6)  # not a power of two
+
+
+def test_a_power_of_two_built_by_shifting_keeps_its_shift_in_triton_modules():
+    import ast
+
+    from optimizer.proposers.offline import _Finder
+
+    body = "def tiles(n):\n    return 1 << (n.bit_length() - 1), n << 2\n"
+    for imports, shifts in (("import triton\n", 1), ("import math\n", 2)):
+        src = imports + body
+        sites = _Finder("k.py", src, [(0, len(src))], set()).visit(ast.parse(src))
+        assert sum(site.old == "<<" for site in sites) == shifts, sites
 
 
 PLUMBING = '''
