@@ -353,10 +353,12 @@ def test_a_power_of_two_built_by_shifting_keeps_its_shift_in_triton_modules():
     from optimizer.proposers.offline import _Finder
 
     body = "def tiles(n):\n    return 1 << (n.bit_length() - 1), n << 2\n"
-    for imports, shifts in (("import triton\n", 1), ("import math\n", 2)):
+    for imports, shifts, ones in (("import triton\n", 1, 1), ("import math\n", 2, 2)):
         src = imports + body
         sites = _Finder("k.py", src, [(0, len(src))], set()).visit(ast.parse(src))
         assert sum(site.old == "<<" for site in sites) == shifts, sites
+        # the shifted 1 stays too (2 << k is twice the tile); the exponent's 1 may move
+        assert sum(site.old == "1" for site in sites) == ones, sites
 
 
 PLUMBING = '''
