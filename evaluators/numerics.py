@@ -258,9 +258,10 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, *, allow_downc
     """Compare one output with its float64 reference; the reason says what is wrong and where."""
     if tuple(out.shape) != tuple(ref.shape):
         return Verdict(False, f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
-    # compare where the reference lives (CPU in the engine, the GPU in a benchmark script)
+    # compare where the reference lives (the GPU on a GPU machine): the output travels in
+    # its own dtype, once its shape is known to be right, and is widened there
     r = ref.to(torch.float64)
-    o = out.detach().to(r.device, torch.float64)
+    o = out.detach().to(r.device).to(torch.float64)
     ref_nan = torch.isnan(r)
     out_nan = torch.isnan(o)
     bad_nan = out_nan & ~ref_nan
@@ -345,10 +346,11 @@ def _index(mask: torch.Tensor) -> tuple[int, ...]:
 
 
 def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Same dtype, shape and bits (NaN == NaN when the bits agree)."""
+    """Same dtype, shape and bits (NaN == NaN when the bits agree), compared where ``a``
+    lives (``b`` moves there once its dtype and shape agree)."""
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
-    a = a.detach().contiguous()  # compared where ``a`` lives
+    a = a.detach().contiguous()
     b = b.detach().to(a.device).contiguous()
     if a.dtype.is_floating_point:
         view = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]

@@ -167,13 +167,6 @@ def _reference_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _tensor_device(case: Any) -> str:
-    """Where a case's tensors live (its first tensor input's device; the CPU if none)."""
-    import torch
-
-    return next((str(t.device) for t in case.inputs if isinstance(t, torch.Tensor)), "cpu")
-
-
 def _drop_tensor_files(io_dir: Path) -> None:
     """The tensors an evaluation's calls exchanged through ``io_dir`` (its other files stay).
     The candidate could write there: a link is removed, never followed, and a folder of such
@@ -452,18 +445,15 @@ class KernelEvaluator(Evaluator):
                 return self._invalid(f"{name}: no result", report)
             if res["problems"]:
                 return self._invalid(f"{name}: {res['problems'][0]}", report, rejected=True)
-            # read back where the cases and references live (the GPU on a GPU machine):
-            # the comparisons run there, not through the host in float64
-            dev = _tensor_device(cases[wid, "A"])
             for k in ("A", "B"):
-                post = load_file(str(ctx.io_dir / f"{wid}.post.{k}.safetensors"), device=dev)
+                post = load_file(str(ctx.io_dir / f"{wid}.post.{k}.safetensors"))
                 for j, t in enumerate(cases[wid, k].inputs):
+                    # compared where the case lives (the GPU on a GPU machine)
                     if isinstance(t, torch.Tensor) and not numerics.bitwise_equal(
-                            post[str(j)], t):
+                            t, post[str(j)]):
                         return self._invalid(f"{name}: input {j} was modified by the call",
                                              report)
-                del post
-            outs = {c: load_file(str(ctx.io_dir / f"{wid}.out.{c}.safetensors"), device=dev)
+            outs = {c: load_file(str(ctx.io_dir / f"{wid}.out.{c}.safetensors"))
                     for c in ("A1", "B", "C", "A2")}
             worst = 0.0
             for call_name, key in (("A1", "A"), ("B", "B"), ("C", "C")):
@@ -589,8 +579,7 @@ class KernelEvaluator(Evaluator):
         for what, c in checked:
             j = int(c["set"])
             case, refs = sets[j]
-            out = load_file(str(io_dir / Path(str(c["file"])).name),
-                            device=_tensor_device(case))
+            out = load_file(str(io_dir / Path(str(c["file"])).name))
             for k, ref in enumerate(refs):
                 o = out.get(str(k))
                 dn = _dtype_name(ref.dtype if o is None else o.dtype)

@@ -66,6 +66,15 @@ def test_shape_and_inf_mismatch():
     assert "Inf" in numerics.compare(bad, ref, TOL["float32"]).reason
 
 
+def test_a_wrong_shape_is_judged_before_the_output_moves_to_the_reference():
+    """An output of any size is judged by its shape before a byte of it moves to where the
+    reference lives (a GPU): a meta tensor, which has no data to move, shows it."""
+    huge = torch.empty(1 << 20, 1 << 20, device="meta", dtype=torch.bfloat16)
+    ref = torch.ones(3, 4, dtype=torch.float64)
+    assert "shape" in numerics.compare(huge, ref, TOL["bfloat16"]).reason
+    assert not numerics.bitwise_equal(ref.to(torch.bfloat16), huge)
+
+
 def test_bitwise_equal_sees_one_ulp_and_accepts_equal_nans():
     a = torch.tensor([1.0, float("nan")])
     assert numerics.bitwise_equal(a, a.clone())

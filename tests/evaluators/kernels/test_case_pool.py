@@ -135,19 +135,3 @@ def test_evaluations_in_several_slots_at_once_see_one_pool(tmp_path):
     for pool in evaluator._pools.values():
         first = next(iter(pool.made.values()))[0]
         assert all(case.params is first.params for case, _, _ in pool.made.values())
-
-
-def test_a_check_is_read_back_where_its_case_lives():
-    """The trusted side loads a check's outputs and inputs-after-the-call onto the device of
-    the case's tensors (the GPU on a GPU machine) and compares them there."""
-    import torch
-
-    from evaluators import numerics
-    from evaluators.kernels.evaluator import _tensor_device
-
-    on_cpu = numerics.Case("normal", (3, torch.zeros(2)), {})
-    assert _tensor_device(on_cpu) == "cpu"
-    assert _tensor_device(numerics.Case("normal", (3, "x"), {})) == "cpu"
-    if torch.cuda.is_available():
-        assert _tensor_device(numerics.Case("normal", (torch.zeros(2, device="cuda"),), {})
-                              ).startswith("cuda")
