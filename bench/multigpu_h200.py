@@ -56,9 +56,10 @@ from optuna.trial import TrialState  # noqa: E402
 
 from optimizer.claims import Claims  # noqa: E402
 from optimizer.config import load_experiment  # noqa: E402
-from optimizer.records import WORKER_LOST, CandidateRecord  # noqa: E402
+from optimizer.records import WORKER_LOST  # noqa: E402
 from optimizer.status import collect_status  # noqa: E402
 from optimizer.testing import servers  # noqa: E402
+from optimizer.testing.workers import freeze_a_holder  # noqa: E402
 from optimizer.worker import workers_study  # noqa: E402
 
 CLI = ["-c", "import sys; from optimizer.cli import main; sys.exit(main())"]
@@ -140,21 +141,6 @@ def night(repo: Path, experiment: Path, name: str, minutes: float, slots: int,
 # -- 2. the workers --------------------------------------------------------------------------
 
 
-def _held(storage: optuna.storages.RDBStorage, claims: Claims, study_ids: list[int],
-          wid: str) -> list[tuple[int, int]]:
-    """(study id, trial number) of the RUNNING trials with a program that ``wid`` claimed
-    and has not recorded whole yet."""
-    held = []
-    for sid in study_ids:
-        running = storage.get_all_trials(sid, deepcopy=False, states=(TrialState.RUNNING,))
-        payloads = claims.read(sid, [f"trial:{t.number}" for t in running])
-        held += [(sid, t.number) for t in running
-                 if (p := payloads.get(f"trial:{t.number}") or {}).get("files")
-                 and p.get("worker") == wid
-                 and not CandidateRecord.from_trial(t).complete]  # whole: only its tell lost
-    return held
-
-
 def _kill_one(url: str, name: str, targets: list[str],
               procs: dict[int, subprocess.Popen[bytes]], after: int,
               ) -> dict[str, Any] | None:
@@ -170,22 +156,18 @@ def _kill_one(url: str, name: str, targets: list[str],
             sids = [storage.get_study_id_from_name(f"{name}/{t}") for t in targets]
         except KeyError:
             continue
-        for key, rec in claims.prefixed(wsid, "worker:").items():
-            wid = key.split(":", 1)[1]
-            if rec.get("pid") not in pids or rec.get("candidates", 0) < after:
-                continue
-            if not _held(storage, claims, sids, wid):
-                continue
-            os.killpg(rec["pid"], signal.SIGSTOP)
-            time.sleep(0.2)  # a commit it sent before it stopped lands first
-            held = _held(storage, claims, sids, wid)
-            if not held:
-                os.killpg(rec["pid"], signal.SIGCONT)
-                continue
-            os.killpg(rec["pid"], signal.SIGKILL)
-            names = {sid: t for sid, t in zip(sids, targets, strict=True)}
-            return {"worker": wid, "pid": rec["pid"], "after_candidates": rec["candidates"],
-                    "held": [f"{names[sid]} trial {n}" for sid, n in held]}
+        workers = {key.split(":", 1)[1]: rec
+                   for key, rec in claims.prefixed(wsid, "worker:").items()
+                   if rec.get("pid") in pids and rec.get("candidates", 0) >= after}
+        frozen = freeze_a_holder(storage, claims, sids, workers)
+        if frozen is None:
+            continue
+        wid, held = frozen
+        rec = workers[wid]
+        os.killpg(rec["pid"], signal.SIGKILL)
+        names = {sid: t for sid, t in zip(sids, targets, strict=True)}
+        return {"worker": wid, "pid": rec["pid"], "after_candidates": rec["candidates"],
+                "held": [f"{names[sid]} trial {n}" for sid, n in held]}
     return None
 
 

@@ -24,9 +24,10 @@ from optuna.trial import TrialState
 import optimizer
 from optimizer.claims import Claims
 from optimizer.config import load_experiment
-from optimizer.records import WORKER_LOST, CandidateRecord
+from optimizer.records import WORKER_LOST
 from optimizer.status import collect_status
 from optimizer.testing import servers
+from optimizer.testing.workers import freeze_a_holder
 
 pytestmark = pytest.mark.slow
 
@@ -45,40 +46,23 @@ def tracking_server(tmp_path: Path) -> Iterator[str]:
         yield uri
 
 
-def _held(storage: optuna.storages.RDBStorage, claims: Claims, study_id: int,
-          key: str) -> set[int]:
-    """Numbers of the RUNNING trials with a program whose claim names worker ``key`` and
-    whose record is not whole yet (one recorded whole lost only its tell, which the
-    survivors give it: it is not lost)."""
-    running = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
-    payloads = claims.read(study_id, [f"trial:{t.number}" for t in running])
-    return {t.number for t in running
-            if (payload := payloads.get(f"trial:{t.number}") or {}).get("files")
-            and f"worker:{payload.get('worker')}" == key
-            and not CandidateRecord.from_trial(t).complete}
-
-
 def _victim(storage: optuna.storages.RDBStorage, claims: Claims,
             procs: dict[int, subprocess.Popen[bytes]]) -> tuple[int, set[int]] | None:
     """(pid, trial numbers) of a worker that has evaluated 8 candidates and holds one with a
     program, frozen (SIGSTOP) so that what it holds cannot change before it is killed; else
-    None (a worker frozen between candidates is let go on)."""
+    None."""
     try:
         wsid = storage.get_study_id_from_name(f"{EXPERIMENT}:workers")
         study_id = storage.get_study_id_from_name(f"{EXPERIMENT}/toy")
     except KeyError:
         return None
-    workers = {w: v for w, v in claims.prefixed(wsid, "worker:").items()
+    workers = {key.split(":", 1)[1]: v for key, v in claims.prefixed(wsid, "worker:").items()
                if v.get("candidates", 0) >= 8 and v["pid"] in procs}
-    for key, record in workers.items():
-        if not _held(storage, claims, study_id, key):
-            continue
-        os.killpg(record["pid"], signal.SIGSTOP)
-        time.sleep(0.2)  # a commit it sent before it stopped lands first
-        if held := _held(storage, claims, study_id, key):
-            return record["pid"], held
-        os.killpg(record["pid"], signal.SIGCONT)
-    return None
+    frozen = freeze_a_holder(storage, claims, [study_id], workers)
+    if frozen is None:
+        return None
+    wid, held = frozen
+    return workers[wid]["pid"], {n for _sid, n in held}
 
 
 def test_three_workers_share_a_night_and_one_is_killed(
