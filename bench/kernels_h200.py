@@ -99,13 +99,15 @@ def substitute(source: str, values: dict) -> str:
 
 
 def night_workloads(tdir: Path) -> list[tuple[str, dict, list | None]]:
-    """The GPU workloads a night times (target.toml), instead of the bench's headline ones."""
-    import tomllib
+    """The GPU workloads a night times (target.toml, read as the evaluator reads it),
+    instead of the bench's headline ones."""
+    from evaluators.kernels.evaluator import KernelConfig
+    from optimizer.targets import load_target
 
-    spec = tomllib.loads((tdir / "target.toml").read_text())
-    return [(w["name"], w["args"], w.get("init"))
-            for w in spec.get("evaluator", {}).get("workloads", [])
-            if w.get("device", "cuda") == "cuda" and not w.get("skip")]
+    spec = load_target(tdir, ROOT)
+    cfg = KernelConfig.parse(dict(spec.evaluator), f"{spec.rel_path}/target.toml")
+    return [(w.name, w.args, None if w.init is None else list(w.init))
+            for w in cfg.workloads if w.device == "cuda" and not w.skip]
 
 
 def load_module(path: Path, name: str):

@@ -104,3 +104,23 @@ def test_multigpu_script_dry_run_on_cpu(tmp_path: Path, monkeypatch: pytest.Monk
     assert w["consistent"] and len(w["candidates_by_worker"]) == 2
     assert sum(len(t["lost"]) for t in w["targets"].values()) >= 1
     assert "throughput ratio" in res.stdout
+
+
+def test_the_kernel_bench_times_a_nights_own_workloads_and_reads_its_searches() -> None:
+    """`bench/kernels_h200.py --night-workloads` times what the night times (each target's
+    GPU workloads, not its CPU ones), and `bench/search_table.py` ranks a search."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import kernels_h200
+        import search_table
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    names = [w[0] for w in kernels_h200.night_workloads(ROOT / "targets/kernels/layernorm")]
+    assert names == ["bf16-8192x4096", "bf16-16381x5120-ragged", "fp32-2048x3000-ragged"]
+    data = {"search": [
+        {"target": "t", "config": "seed", "valid": True, "ms": [2.0, 2.0]},
+        {"target": "t", "config": "fast", "valid": True, "ms": [1.0, 1.0]},
+        {"target": "t", "config": "broken", "valid": False, "ms": []}]}
+    lines = search_table.table(data, top=1)
+    assert lines[0] == "t: 2 valid, 1 rejected"
+    assert lines[1].endswith("fast") and lines[2].endswith("seed")  # the seed always shown
