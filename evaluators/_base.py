@@ -207,6 +207,14 @@ class Evaluator(ABC):
         """Curves and files of an evaluation to log besides its metrics."""
         return Outputs()
 
+    def prepare(self, device: str) -> None:
+        """Trusted work the whole night shares, done once before its first evaluation on
+        ``device`` (the kernel kind's validation cases, timed inputs and their references).
+        A GPU night runs it beside the slots' sandbox starts, so no seed pays for it. It
+        must be safe to call again (nothing is made twice); optional: by default the work
+        is done when first needed."""
+        return None
+
     def prompt_text(self) -> str:
         """The kind's contract for an LLM prompt ("" = the engine's generic text). The
         built-in kinds keep theirs in ``prompt.txt`` next to their evaluator."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 import json
 import queue
 import random
@@ -38,7 +39,13 @@ from optimizer.archive import Archive
 from optimizer.budget import Budget, StopOnSigint
 from optimizer.config import ExperimentConfig, TargetEntry
 from optimizer.errors import ProposalError
-from optimizer.evaluation import evaluate_candidate, io_dir_of, log_outputs, make_sandbox
+from optimizer.evaluation import (
+    device_for,
+    evaluate_candidate,
+    io_dir_of,
+    log_outputs,
+    make_sandbox,
+)
 from optimizer.minimize import planned_trials
 from optimizer.night import (
     Run,
@@ -169,6 +176,7 @@ def share_the_night(r: Run) -> list[TargetSummary]:
                                     type(lane.evaluator).uses_gpu, locks=locks)
         lane.seed_to_evaluate = lane.archive.seed is None
     try:
+        _prepare_night(r, lanes)
         _search_concurrently(r, lanes, width)
         r.writer.flush()  # the searches' runs are complete before winners read them
         if r.shared is not None:
@@ -179,6 +187,45 @@ def share_the_night(r: Run) -> list[TargetSummary]:
         for lane in lanes:
             _close_sandboxes(lane)
     return [_finish_summary(lane.out, lane.archive, lane.earlier) for lane in lanes]
+
+
+def _prepare_night(r: Run, lanes: list[Lane]) -> None:
+    """On a GPU night, before the first candidate: every slot's sandbox of every GPU
+    target started (each warm process imports torch and Triton, 4-8 s with twenty at once)
+    and each evaluator's night-wide trusted work done (``Evaluator.prepare``: the kernel
+    kind's cases and references), all at once. Before, the first evaluation of each target
+    on each slot paid its sandbox's start, and each seed its target's references: seeds took
+    13-33 s on an NVIDIA H200 (2026-12-03). A failure here is logged and left for the
+    evaluation that meets it again (a sandbox that cannot start fails its candidate)."""
+    jobs: list[tuple[str, Callable[[], None]]] = []
+    for lane in lanes:
+        device = device_for(lane.evaluator)
+        if device != "cuda":
+            continue
+        jobs.append((f"{lane.target.name}: prepare",
+                     functools.partial(lane.evaluator.prepare, device)))
+        for slot in lane.slots:
+            jobs.append((f"{lane.target.name}: sandbox of slot {slot.index}",
+                         _sandbox(r, lane, slot).warm_up))
+    if not jobs:
+        return
+    t0 = time.monotonic()
+    failed: list[str] = []
+
+    def run(name: str, job: Callable[[], None]) -> None:
+        try:
+            job()
+        except Exception as exc:  # noqa: BLE001 - the evaluation that needs it fails instead
+            failed.append(f"{name}: {type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=run, args=job, daemon=True) for job in jobs]
+    for t in threads:
+        t.start()
+    _join(*threads)
+    took = time.monotonic() - t0
+    r.summary.prepare_s = took
+    r.say(f"night prepared in {took:.1f} s: {len(jobs)} jobs (sandbox starts, references)"
+          + (f"; failed: {'; '.join(failed)[:500]}" if failed else ""))
 
 
 def _select_winners(r: Run, lanes: list[Lane], at_once: int, deadline: float) -> None:

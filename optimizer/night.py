@@ -52,6 +52,7 @@ class RunSummary:
     targets: list[TargetSummary] = field(default_factory=list)
     stop_reason: str = ""
     engine_overhead_ms: list[float] = field(default_factory=list)
+    prepare_s: float = 0.0  # a GPU night's start: sandboxes and references (loop._prepare_night)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
