@@ -46,6 +46,11 @@ def summarise(experiment: Path) -> dict:
                          # queues, the branch and the records)
                          "eval_s": round(sum(v for k, v in (a.get("metrics") or {}).items()
                                              if k.startswith("stage_s/")), 3),
+                         # less the wait for the device while another slot timed its own
+                         "own_s": round(sum(v for k, v in (a.get("metrics") or {}).items()
+                                            if k.startswith("stage_s/"))
+                                        - (a.get("metrics") or {}).get("cost_s/device_wait",
+                                                                       0.0), 3),
                          "cost": {k: round(v, 2) for k, v in (a.get("metrics") or {}).items()
                                   if k.startswith(("stage_s/", "cost_s/"))},
                          # what the evaluation measured (speedups, acceptance, cost ratios)
@@ -62,6 +67,9 @@ def summarise(experiment: Path) -> dict:
             "seed_eval_s": seed[0]["eval_s"] if seed else None,
             "candidate_median_eval_s": (statistics.median(r["eval_s"] for r in rest)
                                         if rest else None),
+            "seed_own_s": seed[0]["own_s"] if seed else None,
+            "candidate_median_own_s": (statistics.median(r["own_s"] for r in rest)
+                                       if rest else None),
             "seed_cost": seed[0]["cost"] if seed else {},
             "candidate_median_cost": {
                 k: statistics.median(r["cost"][k] for r in rest if k in r["cost"])
@@ -83,11 +91,14 @@ def main() -> None:
     data = summarise(args.experiment)
     if args.out:
         args.out.write_text(json.dumps(data, indent=1))
-    print(f"{'target':<16}{'cands':>6}{'seed s':>8}{'med s':>8}{'failed':>8}  states")
+    nan = float("nan")
+    print(f"{'target':<16}{'cands':>6}{'seed s':>8}{'med s':>8}{'seed own':>9}{'med own':>8}"
+          f"{'failed':>8}  states")
     for name, d in data.items():
-        med = d["candidate_median_s"]
+        med, own = d["candidate_median_s"], d["candidate_median_own_s"]
         print(f"{name:<16}{d['candidates']:>6}{d['seed_s'] or 0:>8.1f}"
-              f"{med if med is not None else float('nan'):>8.1f}{d['failed_share']:>8.0%}  "
+              f"{med if med is not None else nan:>8.1f}{d['seed_own_s'] or 0:>9.1f}"
+              f"{own if own is not None else nan:>8.1f}{d['failed_share']:>8.0%}  "
               f"{d['states']}")
         print(f"{'':<16}seed {d['seed_cost']}; candidates' median {d['candidate_median_cost']}")
 

@@ -653,12 +653,17 @@ class KernelEvaluator(Evaluator):
         payload = self._timing_payload(baseline, blocks)
         if not payload["workloads"]:
             return EvalResult(CandidateState.PRUNED, "no cuda workloads in target.toml", stage), {}
+        asked = time.perf_counter()
         with ctx.device_alone():  # no other slot's timing on this device meanwhile
+            waited = time.perf_counter() - asked
             call = self._call(ctx, cand_dir, "time", payload, blocks)
         try:
-            return self._judge_timed(call, payload, ctx, stage)
+            failed, resp = self._judge_timed(call, payload, ctx, stage)
         finally:
             _drop_tensor_files(ctx.io_dir)
+        if resp:
+            resp["device_wait_s"] = waited  # queueing behind other slots, not this candidate
+        return failed, resp
 
     def _judge_timed(self, call: Any, payload: dict[str, Any], ctx: EvalContext,
                      stage: str) -> tuple[EvalResult | None, dict]:
@@ -693,7 +698,8 @@ class KernelEvaluator(Evaluator):
             return failed
         from evaluators import timing
 
-        metrics: dict[str, float] = {"copy_gbs": float(resp["copy_gbs"])}
+        metrics: dict[str, float] = {"copy_gbs": float(resp["copy_gbs"]),
+                                     "cost_s/device_wait": float(resp["device_wait_s"])}
         medians, samples = [], []
         for w in resp["workloads"]:
             s = w["blocks"][0]["candidate"]
