@@ -1,9 +1,9 @@
 """Profile of one kernel correctness check: where the candidate-side call spends its time.
 
-The kernel evaluator's correctness stage runs on the target's seed with the trusted
-child session (``evaluators.kernels.child:session``) served in this process instead of
-a sandbox, its check request under cProfile, so the functions that cost a check show by
-name. A measuring tool only: the night always runs the child in its sandbox.
+The kernel evaluator's correctness stage runs on the target's seed with the trusted child
+entry (``evaluators.kernels.child:check``) called in this process instead of a sandbox, under
+cProfile, so the functions that cost a check show by name. A measuring tool only: the
+night always runs the child in its sandbox.
 
     python bench/kernels_check_profile.py softmax [--top 30] [--out FILE]
 """
@@ -30,57 +30,36 @@ sys.path.insert(0, str(ROOT))
 
 @dataclass
 class _Reply:
-    value: dict | None
-    ok: bool = True
+    response: dict | None
     timed_out: bool = False
-    reason: str = ""
+    error: str = ""
     wall_s: float = 0.0
-
-
-class _InProcessSession:
-    """A stand-in for a sandbox session: the handler runs here, each request profiled
-    (tensors are handed over as they are, without the channel's copies)."""
-
-    def __init__(self, box: _InProcess, entry: str, payload: dict, workdir: Path,
-                 io_dir: Path):
-        self.box, self.workdir = box, workdir
-        self.error, self.timed_out, self.ok, self.ready_s = "", False, True, 0.0
-        mod, fn = entry.split(":")
-        here = os.getcwd()
-        os.chdir(workdir)
-        try:
-            self.handler = getattr(importlib.import_module(mod), fn)(payload, Path(io_dir))
-        finally:
-            os.chdir(here)
-
-    def request(self, message: dict, *, timeout_s: float, **_: object) -> _Reply:
-        here = os.getcwd()
-        os.chdir(self.workdir)
-        prof = cProfile.Profile()
-        t0 = time.perf_counter()
-        try:
-            prof.enable()
-            out = self.handler.handle(message)
-        finally:
-            prof.disable()
-            os.chdir(here)
-        wall = time.perf_counter() - t0
-        self.box.profiles.append((str(message.get("op")), wall, pstats.Stats(prof)))
-        return _Reply(out, wall_s=wall)
-
-    def close(self) -> None:
-        pass
+    stderr: str = ""
 
 
 class _InProcess:
-    """A stand-in for the sandbox: the session's handler runs here, profiled."""
+    """A stand-in for the sandbox: the entry runs here, profiled."""
 
     def __init__(self) -> None:
         self.profiles: list[tuple[str, float, pstats.Stats]] = []
 
-    def open_session(self, entry: str, payload: dict, *, workdir: Path, io_dir: Path,
-                     **_: object) -> _InProcessSession:
-        return _InProcessSession(self, entry, payload, workdir, io_dir)
+    def call(self, entry: str, payload: dict, *, workdir: Path, io_dir: Path,
+             timeout_s: float) -> _Reply:
+        mod, fn = entry.split(":")
+        func = getattr(importlib.import_module(mod), fn)
+        here = os.getcwd()
+        os.chdir(workdir)
+        prof = cProfile.Profile()
+        t0 = time.perf_counter()
+        try:
+            prof.enable()
+            out = func(payload, Path(io_dir))
+        finally:
+            prof.disable()
+            os.chdir(here)
+        wall = time.perf_counter() - t0
+        self.profiles.append((entry, wall, pstats.Stats(prof)))
+        return _Reply(out, wall_s=wall)
 
 
 def main() -> int:

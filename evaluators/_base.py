@@ -207,12 +207,13 @@ class Evaluator(ABC):
         """Curves and files of an evaluation to log besides its metrics."""
         return Outputs()
 
-    def prepare(self, device: str) -> None:
-        """Trusted work the whole night shares, done once before its first evaluation on
-        ``device`` (the kernel kind's validation cases, timed inputs and their references).
-        A GPU night runs it beside the slots' sandbox starts, so no seed pays for it. It
-        must be safe to call again (nothing is made twice); optional: by default the work
-        is done when first needed."""
+    def prepare(self, ctx: EvalContext) -> None:
+        """Trusted work the whole night shares, done once before its first evaluation
+        (the kernel kind's validation cases, timed inputs and their references). ``ctx`` is
+        an evaluation's context that no candidate uses (its ``device`` and ``cache_dir`` are
+        the night's). A GPU night runs it beside the slots' sandbox starts, so no seed pays
+        for it. It must be safe to call again (nothing is made twice); optional: by default
+        the work is done when first needed."""
         return None
 
     def prompt_text(self) -> str:

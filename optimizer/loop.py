@@ -19,6 +19,7 @@ import functools
 import json
 import queue
 import random
+import shutil
 import statistics
 import threading
 import time
@@ -42,6 +43,7 @@ from optimizer.errors import ProposalError
 from optimizer.evaluation import (
     device_for,
     evaluate_candidate,
+    fresh_context,
     io_dir_of,
     log_outputs,
     make_sandbox,
@@ -202,8 +204,10 @@ def _prepare_night(r: Run, lanes: list[Lane]) -> None:
         device = device_for(lane.evaluator)
         if device != "cuda":
             continue
+        ctx = fresh_context(r.config, lane.target, "prepare", None,
+                            timeout_s=lane.target.timeout_s, device=device)
         jobs.append((f"{lane.target.name}: prepare",
-                     functools.partial(lane.evaluator.prepare, device)))
+                     functools.partial(_prepare_lane, lane.evaluator, ctx)))
         for slot in lane.slots:
             jobs.append((f"{lane.target.name}: sandbox of slot {slot.index}",
                          _sandbox(r, lane, slot).warm_up))
@@ -226,6 +230,15 @@ def _prepare_night(r: Run, lanes: list[Lane]) -> None:
     r.summary.prepare_s = took
     r.say(f"night prepared in {took:.1f} s: {len(jobs)} jobs (sandbox starts, references)"
           + (f"; failed: {'; '.join(failed)[:500]}" if failed else ""))
+
+
+def _prepare_lane(evaluator: Evaluator, ctx: Any) -> None:
+    try:
+        evaluator.prepare(ctx)
+    finally:  # its own (empty) io and scratch folders; what it made lives in the cache
+        for folder in (getattr(ctx, "io_dir", None), getattr(ctx, "scratch", None)):
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _select_winners(r: Run, lanes: list[Lane], at_once: int, deadline: float) -> None:

@@ -1,10 +1,8 @@
 """Trusted entry functions that run inside the sandbox, next to a candidate's ``kernel.py``.
 
-``check(payload, io_dir)``  runs the candidate on inputs the trusted side sent, with outputs
-poisoned, and answers with its outputs (and its inputs as they were after the call) for
-comparison. ``time_kernels(payload, io_dir)`` times candidate (and optionally baseline) on
-the GPU and answers with a sample of the timed outputs. Tensors travel by value through the
-session's channel (:mod:`evaluators.kernels.tensors`), never through files.
+``check(payload, io_dir)``  runs the candidate on inputs the trusted side wrote, with outputs
+poisoned, and writes outputs (and inputs as they were after the call) back for comparison.
+``time_kernels(payload, io_dir)`` times candidate (and optionally baseline) on the GPU.
 ``session(payload, io_dir)`` is both for one evaluation in one process (a sandbox session:
 ``{"op": "check", ...}`` then ``{"op": "time", ...}``): the candidate is imported, and its
 kernels compiled, once; two processes cost a GPU evaluation a second CUDA start, import and
@@ -28,9 +26,6 @@ from typing import Any
 # A1 then B, then C written *into A's storage* (catches caches keyed by data pointer or
 # shape), then A again into the same storage (bitwise determinism against A1).
 CALLS = (("A1", "A"), ("B", "B"), ("C", "C"), ("A2", "A"))
-# the timed outputs the trusted side checks: TIMED_CHECKS per block (the payload's
-# "checks"), for this many blocks at most
-MAX_CHECKED_BLOCKS = 5
 
 
 def _setup(device: str) -> Any:
@@ -151,7 +146,8 @@ def check(payload: dict, io_dir: Path, cand: _Candidate | None = None) -> dict:
 def _check(payload: dict, io_dir: Path, cand: _Candidate) -> dict:
     device = payload["device"]
     torch, mod, launch_codes = cand.torch, cand.mod, cand.launch_codes
-    from evaluators.kernels import tensors
+    from safetensors.torch import load_file, save_file
+
     from evaluators.kernels.audit import ForwardAudit
     from evaluators.numerics import as_list
 
@@ -162,15 +158,15 @@ def _check(payload: dict, io_dir: Path, cand: _Candidate) -> dict:
     clock = time.perf_counter
     for w in payload["workloads"]:
         wid = w["id"]
-        res: dict[str, Any] = {"id": wid, "problems": [], "out": {}, "post": {}}
+        res: dict[str, Any] = {"id": wid, "problems": []}
         results.append(res)
         t0 = clock()
         model = mod.ModelNew(*w["init"])
-        params = tensors.unpack_all(w["params"], "params")
+        params = load_file(str(io_dir / f"{wid}.params.safetensors"))
         if params:
             model.load_state_dict(params, strict=True)
         model = model.to(device)
-        sets = {k: tensors.unpack_all(w["sets"][k], f"set {k}") for k in "ABC"}
+        sets = {k: load_file(str(io_dir / f"{wid}.{k}.safetensors")) for k in "ABC"}
         n = w["n_inputs"]
         scalars = {int(k): v for k, v in w["scalars"].items()}
 
@@ -211,12 +207,20 @@ def _check(payload: dict, io_dir: Path, cand: _Candidate) -> dict:
             res["problems"] += audit.problems()
             res["problems"] += _storage_problems(torch, out, live_call, earlier, device)
             earlier += [o for o in out if isinstance(o, torch.Tensor)]
-            # snapshots: C is written into A's storage next, and A2 recomputes the outputs
-            res["out"][call] = tensors.pack_all(
-                {str(i): o for i, o in enumerate(out) if isinstance(o, torch.Tensor)})
+            save_file(
+                {str(i): o.detach().as_subclass(torch.Tensor).to("cpu").contiguous()
+                 for i, o in enumerate(out)},
+                str(io_dir / f"{wid}.out.{call}.safetensors"),
+            )
             if call in ("A1", "B"):
-                res["post"][call[0]] = tensors.pack_all(
-                    {str(i): t for i, t in enumerate(live_call) if isinstance(t, torch.Tensor)})
+                save_file(
+                    {
+                        str(i): t.detach().to("cpu").contiguous()
+                        for i, t in enumerate(live_call)
+                        if isinstance(t, torch.Tensor)
+                    },
+                    str(io_dir / f"{wid}.post.{call[0]}.safetensors"),
+                )
             phases["save"] += clock() - t1
         del earlier, live
     return {"workloads": results, "phases": {k: round(v, 3) for k, v in phases.items()}}
@@ -242,6 +246,8 @@ def time_kernels(payload: dict, io_dir: Path, cand_mod: Any = None) -> dict:
     flusher = timing.L2Flusher("cuda")
     out: dict[str, Any] = {"copy_gbs": copy_gbs, "device_name": torch.cuda.get_device_name(),
                            "workloads": []}
+    from safetensors.torch import save_file
+
     rng = random.Random(payload["seed"])
     for w in payload["workloads"]:
         dtype = getattr(torch, w["param_dtype"]) if w.get("param_dtype") else None
@@ -265,13 +271,9 @@ def time_kernels(payload: dict, io_dir: Path, cand_mod: Any = None) -> dict:
             rotating[name] = _Rotating(torch, model.to("cuda"), sets)
         reps = int(payload.get("reps", 100))
         n_blocks = int(payload.get("blocks", 1))
-        # checks per block, over the first MAX_CHECKED_BLOCKS blocks' worth at most, spread
-        # over all the blocks: a confirmation of 15 blocks keeps 15 outputs, not 45 (each
-        # crosses the channel; a norm's is 168 MB)
-        calls = [(b, r) for b in range(n_blocks) for r in range(reps)]
-        n_keep = int(payload.get("checks", 3)) * min(n_blocks, MAX_CHECKED_BLOCKS)
-        keep = set(rng.sample(calls, min(len(calls), n_keep)))
-        capture = _Capture(keep, rotating["candidate"], torch)
+        keep = {(b, r) for b in range(n_blocks)
+                for r in rng.sample(range(reps), min(reps, int(payload.get("checks", 3))))}
+        capture = _Capture(keep, rotating["candidate"], io_dir, str(w["id"]), save_file, torch)
         blocks = []
         for b in range(n_blocks):
             capture.block = b
@@ -286,7 +288,8 @@ def time_kernels(payload: dict, io_dir: Path, cand_mod: Any = None) -> dict:
             with torch.no_grad():
                 result = models["candidate"](*inputs)
             torch.cuda.synchronize()
-            after.append({"tensors": _packed_outputs(torch, result), "set": j})
+            _save_outputs(save_file, torch, result, io_dir / f"{w['id']}.after.{j}.safetensors")
+            after.append({"file": f"{w['id']}.after.{j}.safetensors", "set": j})
         out["workloads"].append({"id": w["id"], "blocks": blocks, "captured": captured,
                                  "after": after})
     return out
@@ -331,24 +334,26 @@ class _Rotating:
 class _Capture:
     """Keeps the candidate's results of the chosen (block, rep) calls for the trusted side."""
 
-    def __init__(self, keep: set[tuple[int, int]], rotating: _Rotating, torch: Any):
-        self.keep, self.rotating, self.torch = keep, rotating, torch
+    def __init__(self, keep: set[tuple[int, int]], rotating: _Rotating, io_dir: Path,
+                 wid: str, save_file: Any, torch: Any):
+        self.keep, self.rotating, self.io_dir, self.wid = keep, rotating, io_dir, wid
+        self.save_file, self.torch = save_file, torch
         self.block = 0
         self.captured: list[dict[str, Any]] = []
 
     def __call__(self, name: str, rep: int, result: Any) -> None:
         if name != "candidate" or (self.block, rep) not in self.keep:
             return
-        self.captured.append({"tensors": _packed_outputs(self.torch, result),
-                              "set": self.rotating.last, "block": self.block, "rep": rep})
+        file = f"{self.wid}.cap.{len(self.captured)}.safetensors"
+        _save_outputs(self.save_file, self.torch, result, self.io_dir / file)
+        self.captured.append({"file": file, "set": self.rotating.last, "block": self.block,
+                              "rep": rep})
 
 
-def _packed_outputs(torch: Any, result: Any) -> dict[str, Any]:
-    """A call's outputs, copied to the host, for the answer (anything but a tensor becomes
-    a NaN, which no reference matches)."""
-    from evaluators.kernels import tensors
+def _save_outputs(save_file: Any, torch: Any, result: Any, path: Path) -> None:
     from evaluators.numerics import as_list
 
-    return tensors.pack_all({str(i): (o if isinstance(o, torch.Tensor)
-                                      else torch.tensor(float("nan")))
-                             for i, o in enumerate(as_list(result))})
+    outs = as_list(result)
+    save_file({str(i): (o.detach().as_subclass(torch.Tensor).to("cpu").contiguous()
+                        if isinstance(o, torch.Tensor) else torch.tensor(float("nan")))
+               for i, o in enumerate(outs)}, str(path))

@@ -36,8 +36,10 @@ import secrets
 import shutil
 import statistics
 import sys
+import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +53,6 @@ from evaluators._base import (
     result_from_call,
     text_beside,
 )
-from evaluators.kernels import tensors
 from evaluators.kernels.static_checks import check_source
 from optimizer.errors import ConfigError
 from optimizer.records import CandidateState, EvalResult
@@ -178,36 +179,28 @@ def _drop_tensor_files(io_dir: Path) -> None:
 class _CasePool:
     """One workload's validation cases for a night (see KernelEvaluator._case_pool)."""
 
-    def __init__(self, wid: str, reference: Any, args: dict[str, Any],
+    def __init__(self, wid: str, folder: Path, reference: Any, args: dict[str, Any],
                  init: list[Any], param_dtype: Any, draws: list[tuple[str, int]]):
-        self.wid, self.reference = wid, reference
+        self.wid, self.folder, self.reference = wid, folder, reference
         self.args, self.init, self.param_dtype, self.draws = args, init, param_dtype, draws
-        # case, references, its input tensors on the host (what a check sends)
-        self.made: dict[int, tuple[Any, list[Any], dict[str, Any]]] = {}
+        self.made: dict[int, tuple[Any, list[Any], Path]] = {}  # case, references, file
         self.ref_device = _reference_device()
-        self.params: dict[str, Any] | None = None  # on the host, shared by every case
+        self.params: Path | None = None
         self.meta: list[Any] = []
         self._lock = threading.Lock()  # slots draw cases at once; the first sets the params
 
     def __len__(self) -> int:
         return len(self.draws)
 
-    def get(self, k: int) -> tuple[Any, list[Any], dict[str, Any]]:
-        """Case ``k`` with its references and its inputs on the host, made on first use."""
+    def get(self, k: int) -> tuple[Any, list[Any], Path]:
+        """Case ``k`` with its references and its saved inputs, made on first use."""
         with self._lock:
             return self._get(k)
 
-    def input_bytes(self) -> int:
-        """Bytes of one case's tensors (0 before the first is made)."""
-        return sum(t.nbytes for t in next(iter(self.made.values()))[2].values()) \
-            if self.made else 0
-
-    def output_bytes(self) -> int:
-        return sum(math.prod(shape) * _itemsize(dtype) for shape, dtype in self.meta)
-
-    def _get(self, k: int) -> tuple[Any, list[Any], dict[str, Any]]:
+    def _get(self, k: int) -> tuple[Any, list[Any], Path]:
         if k not in self.made:
             import torch
+            from safetensors.torch import save_file
 
             dist, seed = self.draws[k]
             case = numerics.make_case(self.reference, self.args, self.init, dist, seed,
@@ -216,13 +209,21 @@ class _CasePool:
                 first = next(iter(self.made.values()))[0]
                 case = numerics.Case(case.dist, case.inputs, first.params)
             else:
-                self.params = {n: v.detach().contiguous().cpu() for n, v in case.params.items()}
+                self.params = self.folder / f"{self.wid}.params.safetensors"
+                save_file({n: v.contiguous().cpu() for n, v in case.params.items()},
+                          str(self.params))
                 self.meta = numerics.expected_meta(self.reference, self.init, case)
-            host = {str(j): t.detach().contiguous().cpu() for j, t in enumerate(case.inputs)
-                    if isinstance(t, torch.Tensor)}
+            path = self.folder / f"{self.wid}.{k}.safetensors"
+            save_file({str(j): t.contiguous().cpu() for j, t in enumerate(case.inputs)
+                       if isinstance(t, torch.Tensor)}, str(path))
             self.made[k] = (case, numerics.reference_output(self.reference, self.init, case,
-                                                            self.ref_device), host)
+                                                            self.ref_device), path)
         return self.made[k]
+
+
+# the child's entry functions, by the name of the request a session serves them under
+_ENTRIES = {"check": "evaluators.kernels.child:check",
+            "time": "evaluators.kernels.child:time_kernels"}
 
 
 @dataclass(frozen=True)
@@ -269,6 +270,7 @@ class KernelEvaluator(Evaluator):
             dists, k=min(TIMED_SETS - 1, len(dists))))
         self._timing_refs: dict[str, list[tuple[Any, list[Any]]]] = {}
         self._pools: dict[str, _CasePool] = {}
+        self._pool_dir: Path | None = None
         # evaluations under way (id of their context) and the session each opened
         self._sessions: dict[int, Any] = {}
         self._cache_lock = threading.RLock()  # the pools and timing references, built once
@@ -287,96 +289,71 @@ class KernelEvaluator(Evaluator):
             if session is not None:
                 session.close()
 
-    def _call(self, ctx: EvalContext, cand_dir: Path, op: str, payload: dict,
-              blocks: int = 1) -> Any:
+    def _call(self, ctx: EvalContext, cand_dir: Path, op: str, payload: dict) -> Any:
         """``op`` ("check" or "time", :mod:`evaluators.kernels.child`) run on ``payload`` in
-        the candidate's process: a request to this evaluation's session when it has one
-        (see :meth:`evaluate`), else to a session opened for this request alone. Tensors
-        travel by value through the session's shared region, sized here for the night's
-        workloads (``blocks``: the timed blocks whose outputs come back)."""
-        own = id(ctx) in self._sessions
-        session = self._sessions.get(id(ctx))
+        the candidate's process: by a request to this evaluation's session when it has one
+        (see :meth:`evaluate`), else by a call."""
+        if id(ctx) not in self._sessions:
+            return ctx.run(_ENTRIES[op], payload, workdir=cand_dir)
+        session = self._sessions[id(ctx)]
         if session is None:
-            device = _device_kind(ctx.device)
-            session = ctx.session("evaluators.kernels.child:session", {"device": device},
-                                  workdir=cand_dir, timeout_s=4 * ctx.timeout_s,
-                                  shm_bytes=self._region_bytes(device, blocks))
-            if own:
-                self._sessions[id(ctx)] = session
-        try:
+            session = ctx.session("evaluators.kernels.child:session",
+                                  {"device": _device_kind(ctx.device)}, workdir=cand_dir,
+                                  timeout_s=4 * ctx.timeout_s)
+            self._sessions[id(ctx)] = session
             if session.error:
                 return _Answer(None, session.timed_out, session.error)
-            if not session.ok:
-                return _Answer(None, False, session.error or "the candidate's process ended")
-            # the child copies its inputs out of the region at once: comparing them with
-            # what was sent (3 GB for cross-entropy) would buy nothing here
-            reply = session.request({"op": op, "payload": payload}, timeout_s=ctx.timeout_s,
-                                    compare_inputs=False)
-            if reply.ok:
-                return _Answer(reply.value, False, "", reply.wall_s)
-            return _Answer(None, reply.timed_out, reply.reason, reply.wall_s)
-        finally:
-            if not own:
-                session.close()
+        if not session.ok:
+            return _Answer(None, False, session.error or "the candidate's process ended")
+        reply = session.request({"op": op, "payload": payload}, timeout_s=ctx.timeout_s)
+        if reply.ok:
+            return _Answer(reply.value, False, "", reply.wall_s)
+        return _Answer(None, reply.timed_out, reply.reason, reply.wall_s)
 
-    def _region_bytes(self, device: str, blocks: int) -> int:
-        """The session's shared region: each half holds the largest message one way (a
-        check's inputs in; its outputs and inputs-after-the-call, or the sampled timed
-        outputs, out). What does not fit travels through the socket instead."""
-        from evaluators.kernels.child import MAX_CHECKED_BLOCKS
-
-        slack = 1 << 20  # alignment of each array, the small ones
-        ins = check_out = time_out = 0
-        for wid, pool in list(self._pools.items()):
-            w = self.config.workloads[int(wid[1:])]
-            if w.device != device:
-                continue
-            params = sum(t.nbytes for t in (pool.params or {}).values())
-            n_in, n_out = pool.input_bytes(), pool.output_bytes()
-            ins += 3 * n_in + params
-            check_out += 4 * n_out + 2 * n_in
-            if device == "cuda":
-                captured = TIMED_CHECKS * min(blocks, MAX_CHECKED_BLOCKS)
-                time_out += (captured + len(self._timing_dists)) * n_out
-        return 2 * (max(ins, check_out, time_out) + slack)
-
-    def prepare(self, device: str) -> None:
-        """Every validation case of the night's pools on ``device`` with its references,
-        and the timed sets' references (made lazily otherwise: the seed's evaluation paid
-        for them, 9-12 s of a norm or cross-entropy seed's on an H200, 2026-12-03)."""
-        device = _device_kind(device)
+    def prepare(self, ctx: EvalContext) -> None:
+        """Every validation case of the night's pools on ``ctx.device`` with its references
+        and files, and the timed sets' references (made when first drawn otherwise: each
+        seed paid for its target's, 9-12 s of a norm or cross-entropy seed's evaluation on an
+        H200, 2026-12-03)."""
+        device = _device_kind(ctx.device)
         reference = load_reference(self.target.path)
         for i, w in enumerate(self.config.workloads):
             if w.device != device or w.skip:
                 continue
             init = list(w.init if w.init is not None else reference.get_init_inputs())
-            pool = self._case_pool(f"w{i}", w, reference, init)
+            pool = self._case_pool(f"w{i}", w, reference, init, ctx)
             for k in range(len(pool)):
                 pool.get(k)
         if device == "cuda":
-            for job in self._timing_payload(None, 1)["workloads"]:
+            for job in self._timing_payload(ctx, None, 1)["workloads"]:
                 self._timing_sets(job)
 
     @_under_cache_lock
-    def _case_pool(self, wid: str, w: Any, reference: Any, init: list[Any]) -> _CasePool:
+    def _case_pool(self, wid: str, w: Any, reference: Any, init: list[Any],
+                   ctx: EvalContext) -> _CasePool:
         """The night's validation cases of one workload: CASE_POOL input sets (every
         distribution at least once when there are fewer), one parameter set, made when
         first drawn, with their float64 references and their files. Each evaluation checks
         three of them drawn with its own hidden seed, as it checked three fresh ones before:
         generating inputs and references was most of a kernel evaluation (on 2 cores 5.4 s
-        of softmax's, per candidate). Each check sends copies of the cases' tensors (held on
-        the host, in this process) to the candidate's process: a candidate that writes into
-        its inputs reaches nothing of the pool."""
+        of softmax's, per candidate). The files are copied into each evaluation's io dir,
+        never linked: a candidate that writes into its inputs cannot reach the next one's."""
         pool = self._pools.get(wid)
-        if pool is not None:
+        if pool is not None and self._pool_dir is not None and self._pool_dir.exists():
             return pool
+        if self._pool_dir is None or not self._pool_dir.exists():
+            base = ctx.cache_dir if ctx.cache_dir is not None else ctx.scratch
+            base.mkdir(parents=True, exist_ok=True)
+            self._pool_dir = Path(tempfile.mkdtemp(prefix="kernel-cases-", dir=base))
+            weakref.finalize(self, shutil.rmtree, self._pool_dir, True)
+            self._pools.clear()
         pdt = w.param_dtype or w.args.get("dtype")
         rng = random.Random(self._case_seed + int(wid[1:]))
         # case k is of distribution k (cyclically): an evaluation's hidden seed picks which
         # distributions it checks, the night's secret seed their values
         dists = [self.config.distributions[k % len(self.config.distributions)]
                  for k in range(max(CASE_POOL, len(self.config.distributions)))]
-        pool = _CasePool(wid, reference, w.args, init,
+        pool = _CasePool(wid, self._pool_dir, reference, w.args, init,
                          numerics.torch_dtype(pdt) if pdt else None,
                          [(d, rng.getrandbits(31)) for d in dists])
         self._pools[wid] = pool
@@ -427,6 +404,7 @@ class KernelEvaluator(Evaluator):
     def _correctness(self, cand_dir: Path, ctx: EvalContext,
                      picks: tuple[int, int, int] | None) -> EvalResult:
         import torch
+        from safetensors.torch import load_file
 
         device = _device_kind(ctx.device)
         reference = load_reference(self.target.path)
@@ -445,19 +423,18 @@ class KernelEvaluator(Evaluator):
                 continue
             wid = f"w{i}"
             init = list(w.init if w.init is not None else reference.get_init_inputs())
-            pool = self._case_pool(wid, w, reference, init)
+            pool = self._case_pool(wid, w, reference, init, ctx)
             # three of the night's hidden cases, a fresh draw per evaluation
             chosen = picks if picks is not None else rng.sample(range(len(pool)), k=3)
-            sets = {}
             for key, n in zip("ABC", chosen, strict=True):
-                cases[wid, key], refs[wid, key], host = pool.get(n)
-                sets[key] = tensors.pack_all(host, copy=False)  # the channel copies them
+                cases[wid, key], refs[wid, key], path = pool.get(n)
+                shutil.copyfile(path, ctx.io_dir / f"{wid}.{key}.safetensors")
             a = cases[wid, "A"]
             assert pool.params is not None
+            shutil.copyfile(pool.params, ctx.io_dir / f"{wid}.params.safetensors")
             metas[wid] = pool.meta
             jobs.append({
                 "id": wid, "name": w.name, "init": init, "n_inputs": len(a.inputs),
-                "params": tensors.pack_all(pool.params, copy=False), "sets": sets,
                 "scalars": {str(j): t for j, t in enumerate(a.inputs)
                             if not isinstance(t, torch.Tensor)},
                 "expect": [[list(s), _dtype_name(d)] for s, d in metas[wid]],
@@ -486,21 +463,16 @@ class KernelEvaluator(Evaluator):
                 return self._invalid(f"{name}: no result", report)
             if res["problems"]:
                 return self._invalid(f"{name}: {res['problems'][0]}", report, rejected=True)
-            try:
-                posts = {k: tensors.unpack_all(res["post"][k], f"inputs after call {k}")
-                         for k in ("A", "B")}
-                outs = {c: tensors.unpack_all(res["out"][c], f"outputs of call {c}")
-                        for c in ("A1", "B", "C", "A2")}
-            except (KeyError, TypeError, ValueError) as exc:
-                return self._invalid(f"{name}: the check's answer is malformed: {exc}", report)
             for k in ("A", "B"):
-                post = posts[k]
+                post = load_file(str(ctx.io_dir / f"{wid}.post.{k}.safetensors"))
                 for j, t in enumerate(cases[wid, k].inputs):
                     # compared where the case lives (the GPU on a GPU machine)
-                    if isinstance(t, torch.Tensor) and (str(j) not in post or not
-                                                        numerics.bitwise_equal(t, post[str(j)])):
+                    if isinstance(t, torch.Tensor) and not numerics.bitwise_equal(
+                            t, post[str(j)]):
                         return self._invalid(f"{name}: input {j} was modified by the call",
                                              report)
+            outs = {c: load_file(str(ctx.io_dir / f"{wid}.out.{c}.safetensors"))
+                    for c in ("A1", "B", "C", "A2")}
             worst = 0.0
             for call_name, key in (("A1", "A"), ("B", "B"), ("C", "C")):
                 out = outs[call_name]
@@ -560,7 +532,7 @@ class KernelEvaluator(Evaluator):
                           artifacts={"validation.md": "\n".join(report)})
 
     # -- stage 3 ---------------------------------------------------------------------
-    def _timing_payload(self, baseline: Path | None, blocks: int) -> dict:
+    def _timing_payload(self, ctx: EvalContext, baseline: Path | None, blocks: int) -> dict:
         reference = load_reference(self.target.path)
         jobs = []
         for i, w in enumerate(self.config.workloads):
@@ -610,10 +582,12 @@ class KernelEvaluator(Evaluator):
         return timing.tensor_bytes(list(case.inputs)) + out + sum(
             timing.tensor_bytes(p) for p in case.params.values())
 
-    def _check_timed_outputs(self, job: dict[str, Any], w: dict[str, Any],
+    def _check_timed_outputs(self, job: dict[str, Any], w: dict[str, Any], io_dir: Path,
                              stage: str) -> EvalResult | None:
         """A sample of the timed calls' outputs, and the kernel once more on every input
         set after the timing, against the float64 reference."""
+        from safetensors.torch import load_file
+
         sets = self._timing_sets(job)
         checked = [*(("timed call", c) for c in w.get("captured", [])),
                    *(("after the timing", c) for c in w.get("after", []))]
@@ -621,13 +595,9 @@ class KernelEvaluator(Evaluator):
             return EvalResult(CandidateState.FAILED, f"{job['name']}: the timed outputs did "
                               "not all come back for checking", stage)
         for what, c in checked:
-            try:
-                j = int(c["set"])
-                case, refs = sets[j]
-                out = tensors.unpack_all(c["tensors"], f"outputs ({what})")
-            except (KeyError, TypeError, ValueError, IndexError) as exc:
-                return EvalResult(CandidateState.FAILED, f"{job['name']}: the timing's "
-                                  f"answer is malformed: {exc}", stage)
+            j = int(c["set"])
+            case, refs = sets[j]
+            out = load_file(str(io_dir / Path(str(c["file"])).name))
             for k, ref in enumerate(refs):
                 o = out.get(str(k))
                 dn = _dtype_name(ref.dtype if o is None else o.dtype)
@@ -650,13 +620,13 @@ class KernelEvaluator(Evaluator):
             checked = any(w.device == "cpu" and not w.skip for w in self.config.workloads)
             return EvalResult(CandidateState.PRUNED, NO_GPU if checked else NO_GPU_UNCHECKED,
                               stage), {}
-        payload = self._timing_payload(baseline, blocks)
+        payload = self._timing_payload(ctx, baseline, blocks)
         if not payload["workloads"]:
             return EvalResult(CandidateState.PRUNED, "no cuda workloads in target.toml", stage), {}
         asked = time.perf_counter()
         with ctx.device_alone():  # no other slot's timing on this device meanwhile
             waited = time.perf_counter() - asked
-            call = self._call(ctx, cand_dir, "time", payload, blocks)
+            call = self._call(ctx, cand_dir, "time", payload)
         try:
             failed, resp = self._judge_timed(call, payload, ctx, stage)
         finally:
@@ -680,7 +650,7 @@ class KernelEvaluator(Evaluator):
                               stage), {}
         for w in resp["workloads"]:
             job = jobs[w["id"]]
-            bad = self._check_timed_outputs(job, w, stage)
+            bad = self._check_timed_outputs(job, w, ctx.io_dir, stage)
             if bad is not None:
                 return bad, {}
             w["bytes"] = self._bytes_moved(job)

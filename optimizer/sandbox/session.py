@@ -179,12 +179,11 @@ class Session:
 
     # -- requests ------------------------------------------------------------------------
     def request(self, message: dict[str, Any], *, timeout_s: float,
-                cpu: bool = False, compare_inputs: bool = True) -> Reply:
+                cpu: bool = False) -> Reply:
         """Send one request and wait for its answer, timing the round trip from here.
         Large arrays of the request travel through the shared region, where the child
         reads them in place; afterwards (outside the timing) they are compared with what
-        was sent, and ``Reply.inputs_changed`` lists those the call wrote into (unless
-        ``compare_inputs`` is false: a caller whose child copies its inputs out first)."""
+        was sent, and ``Reply.inputs_changed`` lists those the call wrote into."""
         if self._closed or self.error:
             raise SessionError(f"session is not running: {self.error or 'closed'}")
         parts = channel.pack(message, self.shm)  # encoding is not timed
@@ -211,8 +210,7 @@ class Session:
         except channel.BoundaryError as exc:
             return Reply(wall_s=wall, error=f"unreadable answer: {exc}", where="result")
         used = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
-        changed = (tuple(self.shm.changed_slots())
-                   if self.shm is not None and compare_inputs else ())
+        changed = tuple(self.shm.changed_slots()) if self.shm is not None else ()
         if "error" in answer:
             tb = str(answer.get("traceback", ""))
             err = str(answer["error"]) + (f"\n{tb[-2000:]}" if tb else "")

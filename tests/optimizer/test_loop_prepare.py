@@ -16,8 +16,8 @@ class _Evaluator:
     def __init__(self, gpu: bool, fail: bool = False):
         self.gpu, self.fail, self.calls = gpu, fail, []
 
-    def prepare(self, device: str) -> None:
-        self.calls.append((device, threading.current_thread().name))
+    def prepare(self, ctx) -> None:
+        self.calls.append((ctx.device, threading.current_thread().name))
         time.sleep(0.3)
         if self.fail:
             raise RuntimeError("no references today")
@@ -36,14 +36,16 @@ class _Sandbox:
 
 def test_gpu_lanes_are_prepared_at_once_and_cpu_lanes_not(monkeypatch):
     gpu, broken, cpu = _Evaluator(True), _Evaluator(True, fail=True), _Evaluator(False)
-    lanes = [SimpleNamespace(evaluator=e, target=SimpleNamespace(name=n),
+    lanes = [SimpleNamespace(evaluator=e, target=SimpleNamespace(name=n, timeout_s=60),
                              slots=[SimpleNamespace(index=i) for i in range(3)])
              for e, n in ((gpu, "softmax"), (broken, "gemm"), (cpu, "routing"))]
     monkeypatch.setattr(loop, "device_for", lambda ev: "cuda" if ev.gpu else "cpu")
+    monkeypatch.setattr(loop, "fresh_context",
+                        lambda config, target, key, sandbox, **kw: SimpleNamespace(**kw))
     monkeypatch.setattr(loop, "_sandbox",
                         lambda r, lane, slot: _Sandbox(f"{lane.target.name}/{slot.index}"))
     said: list[str] = []
-    r = SimpleNamespace(summary=RunSummary("e", "n", "p"), say=said.append)
+    r = SimpleNamespace(summary=RunSummary("e", "n", "p"), say=said.append, config=None)
     _Sandbox.started = []
     t0 = time.monotonic()
     loop._prepare_night(r, lanes)  # type: ignore[arg-type]

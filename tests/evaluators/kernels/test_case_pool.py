@@ -1,7 +1,6 @@
-"""The night's validation cases: made once per workload, three drawn per evaluation, sent
-to the candidate's process by value through its session (never as files, never shared)."""
+"""The night's validation cases: made once per workload, three drawn per evaluation,
+copied (never linked) into each evaluation's io dir."""
 
-import sys
 from pathlib import Path
 
 from evaluators._base import EvalContext
@@ -12,19 +11,16 @@ from optimizer.sandbox import Sandbox, SandboxSettings
 from optimizer.targets import load_target
 
 ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(Path(__file__).parent))
-from adversarial import CASES, CORRECT  # noqa: E402  (a test helper module)
 
 
-def _snapshot(evaluator):
-    return {(wid, k): {n: t.clone() for n, t in host.items()}
-            for wid, pool in evaluator._pools.items() for k, (_, _, host) in pool.made.items()}
+def test_cases_are_made_once_a_night_and_drawn_per_evaluation(tmp_path, monkeypatch):
+    from evaluators.kernels import evaluator as kernel_evaluator
 
-
-def test_cases_are_made_once_a_night_and_drawn_per_evaluation(tmp_path):
+    # keep each evaluation's files to look at them (the check deletes them: next test)
+    monkeypatch.setattr(kernel_evaluator, "_drop_tensor_files", lambda io_dir: None)
     spec = load_target(ROOT / "targets/kernels/softmax", ROOT)
     evaluator = KernelEvaluator(spec)
-    mutating = next(src for name, _, _, src in CASES if name == "input_mutation")
+    tampered = False
     with Sandbox(SandboxSettings(timeout_s=120)) as sandbox:
         for seed in range(4):
             io = tmp_path / f"io{seed}"
@@ -35,23 +31,16 @@ def test_cases_are_made_once_a_night_and_drawn_per_evaluation(tmp_path):
             assert res.state is CandidateState.VALID, res.reason
             pools = evaluator._pools
             assert pools and all(len(p.made) <= CASE_POOL for p in pools.values())
-            assert not list(io.iterdir())  # nothing crossed as a file
-        # a candidate that writes into its inputs is caught and reaches nothing of the pool
-        before = _snapshot(evaluator)
-        cand = tmp_path / "mutating"
-        cand.mkdir()
-        (cand / "kernel.py").write_text(mutating)
-        ctx = EvalContext(sandbox, seed=9, scratch=tmp_path / "s9", io_dir=tmp_path / "io9",
-                          device="cpu", timeout_s=120, cache_dir=tmp_path / "cache")
-        ctx.io_dir.mkdir()
-        res = evaluator.correctness(cand, ctx)
-        assert res.state is CandidateState.INVALID and "was modified" in res.reason
-    after = _snapshot(evaluator)
-    assert before.keys() <= after.keys()
-    assert all(all((before[key][n] == after[key][n]).all() for n in before[key])
-               for key in before)
+            for wid, pool in pools.items():
+                inputs = io / f"{wid}.A.safetensors"
+                made = {p.stat().st_ino for _, _, p in pool.made.values()}
+                assert inputs.stat().st_ino not in made  # a copy, not a link
+                if not tampered:  # a candidate writing into its inputs reaches no one else
+                    inputs.write_bytes(b"garbage")
+                    tampered = True
     first = next(iter(evaluator._pools.values()))
     assert len(first.made) > 3  # later evaluations drew other cases of the pool
+    assert all(p.read_bytes() != b"garbage" for _, _, p in first.made.values())
 
 
 def test_a_check_leaves_no_tensor_files_behind(tmp_path):
@@ -65,10 +54,10 @@ def test_a_check_leaves_no_tensor_files_behind(tmp_path):
                           timeout_s=120, cache_dir=tmp_path / "cache")
         res = evaluator.correctness(spec.path, ctx)
     assert res.state is CandidateState.VALID, res.reason
-    assert not list(io.glob("*.safetensors"))
+    assert not list(io.glob("*.safetensors"))  # inputs, outputs, inputs after the call
     assert (io / "note.txt").read_text() == "kept"
-    assert all(host for pool in evaluator._pools.values()
-               for _, _, host in pool.made.values())  # the night's cases stay
+    assert all(p.exists() for pool in evaluator._pools.values()
+               for _, _, p in pool.made.values())  # the night's cases stay
 
 
 def test_clearing_the_io_folder_follows_no_link_and_trips_on_no_folder(tmp_path):
@@ -86,6 +75,11 @@ def test_clearing_the_io_folder_follows_no_link_and_trips_on_no_folder(tmp_path)
 
 
 def test_the_final_check_runs_every_case_of_the_pool(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from adversarial import CASES, CORRECT  # noqa: E402  (a test helper module)
+
     spec = load_target(ROOT / "targets/kernels/softmax", ROOT)
     wrong = next(src for name, _, _, src in CASES if name == "no_max_subtraction")
     with Sandbox(SandboxSettings(timeout_s=120)) as sandbox:
@@ -145,20 +139,23 @@ def test_evaluations_in_several_slots_at_once_see_one_pool(tmp_path):
 
 def test_prepare_makes_every_case_before_the_first_evaluation(tmp_path):
     """What a GPU night does at its start (loop._prepare_night), here on the CPU
-    workloads: every case of every pool with its references, so the first evaluation
-    prepares nothing; calling it again makes nothing twice."""
+    workloads: every case of every pool with its references and files, so the first
+    evaluation makes nothing; calling it again makes nothing twice."""
     spec = load_target(ROOT / "targets/kernels/rmsnorm", ROOT)
     evaluator = KernelEvaluator(spec)
-    evaluator.prepare("cpu")
-    pools = dict(evaluator._pools)
-    assert pools and all(len(p.made) == len(p) >= CASE_POOL for p in pools.values())
-    made = {wid: dict(p.made) for wid, p in pools.items()}
-    evaluator.prepare("cpu")
-    assert {wid: dict(p.made) for wid, p in evaluator._pools.items()} == made
     with Sandbox(SandboxSettings(timeout_s=120)) as sandbox:
-        ctx = EvalContext(sandbox, seed=3, scratch=tmp_path / "s", io_dir=tmp_path / "io",
-                          device="cpu", timeout_s=120, cache_dir=tmp_path / "cache")
-        ctx.io_dir.mkdir()
-        res = evaluator.correctness(spec.path, ctx)
+        def context(seed: int) -> EvalContext:
+            io = tmp_path / f"io{seed}"
+            io.mkdir()
+            return EvalContext(sandbox, seed=seed, scratch=tmp_path / f"s{seed}", io_dir=io,
+                               device="cpu", timeout_s=120, cache_dir=tmp_path / "cache")
+
+        evaluator.prepare(context(0))
+        pools = dict(evaluator._pools)
+        assert pools and all(len(p.made) == len(p) >= CASE_POOL for p in pools.values())
+        made = {wid: dict(p.made) for wid, p in pools.items()}
+        evaluator.prepare(context(1))
+        assert {wid: dict(p.made) for wid, p in evaluator._pools.items()} == made
+        res = evaluator.correctness(spec.path, context(2))
     assert res.state is CandidateState.VALID, res.reason
-    assert res.metrics["cost_s/check_prep"] < 0.5  # drawn from the pools, nothing made
+    assert {wid: dict(p.made) for wid, p in evaluator._pools.items()} == made
