@@ -124,3 +124,20 @@ def test_the_kernel_bench_times_a_nights_own_workloads_and_reads_its_searches() 
     lines = search_table.table(data, top=1)
     assert lines[0] == "t: 2 valid, 1 rejected"
     assert lines[1].endswith("fast") and lines[2].endswith("seed")  # the seed always shown
+
+
+def test_the_evaluation_cost_bench_runs_where_it_is_written(tmp_path: Path) -> None:
+    """`bench/kernels_eval_cost.py` on the CPU: the sandbox starts, the night's preparation
+    makes the pools, the seed and a start are evaluated (validated, not timed), and what it
+    measured is written per target."""
+    out = tmp_path / "cost.json"
+    res = subprocess.run([sys.executable, "bench/kernels_eval_cost.py", "--out", str(out),
+                          "--targets", "rmsnorm", "--starts", "1"], cwd=ROOT, timeout=600,
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    t = json.loads(out.read_text())["targets"]["rmsnorm"]
+    assert t["sandbox_start_s"] > 0 and t["prepare_s"] > 0
+    assert [e["program"] for e in t["evaluations"]] == ["seed", "variants/chunked.py"]
+    for e in t["evaluations"]:
+        assert e["state"] == "PRUNED" and "correctness verified" in e["reason"]
+        assert e["cost"]["cost_s/check_prep"] < 1.0  # the pools were made beforehand
