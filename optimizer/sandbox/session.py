@@ -201,6 +201,8 @@ class Session:
         except (channel.ChannelClosed, OSError) as exc:
             wall = time.perf_counter() - t0
             res = self._end()
+            if res.timed_out:  # the session's own limit killed it first: a timeout still
+                return Reply(wall_s=wall, timed_out=True)
             return Reply(wall_s=wall, died=f"the sandboxed process ended during the request "
                                           f"({res.error or exc})")
         wall = time.perf_counter() - t0

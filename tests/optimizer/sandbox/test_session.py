@@ -113,6 +113,20 @@ def test_values_cross_as_what_they_were(sandbox) -> None:
     assert s.result is not None and s.result.response == {"served": 8}
 
 
+def test_a_request_cut_by_the_sessions_own_limit_is_a_timeout(sandbox) -> None:
+    """The session's limit (here 2 s) can fire before the request's own (10 s): the
+    answer is a timeout either way, never a death with a reason (a hostile program's
+    infinite loop was judged FAILED so on a busy machine)."""
+    sb, workdir, io = sandbox
+    s = _open(sb, workdir, io, timeout_s=2)
+    try:
+        assert s.ok, s.error
+        r = s.request({"op": "call", "fn": "sleep", "args": [30]}, timeout_s=10)
+        assert r.timed_out and not r.died
+    finally:
+        s.close()
+
+
 def test_the_trusted_side_holds_the_clock(sandbox) -> None:
     sb, workdir, io = sandbox
     with _open(sb, workdir, io) as s:
