@@ -197,7 +197,7 @@ def _prepare_night(r: Run, lanes: list[Lane]) -> None:
     and each evaluator's night-wide trusted work done (``Evaluator.prepare``: the kernel
     kind's cases and references), all at once. Before, the first evaluation of each target
     on each slot paid its sandbox's start, and each seed its target's references: seeds took
-    13-33 s on an NVIDIA H200 (2026-12-03). A failure here is logged and left for the
+    13-33 s on an NVIDIA H200 (2026-12-03). A failure here is said and left for the
     evaluation that meets it again (a sandbox that cannot start fails its candidate)."""
     jobs: list[tuple[str, Callable[[], None]]] = []
     for lane in lanes:
