@@ -5,9 +5,9 @@ element in one reduction (variants/paired_tiles.py; 0.94-0.95 of copy bandwidth 
 (5120 = 4096 + 1024), where re-reading the float32 weight and bias for every row kept L1 at
 75% and a one-row program at 0.83: those rows go to a persistent grid of PROGRAMS_PER_SM
 programs an SM that hold the weight and bias in registers and issue the next row's loads
-before this row's reduction (variants/prefetch_rows.py; 0.90 at 16381x5120, but 0.87 at
-32768x4096, where one row ahead is too shallow). RAGGED_PERSISTENT = 0 sends every width to
-the one-row kernel."""
+before this row's reduction (alone, as variants/prefetch_rows.py of commit 5933b52: 0.90
+at 16381x5120, but 0.87 at 32768x4096, where one row ahead is too shallow).
+RAGGED_PERSISTENT = 0 sends every width to the one-row kernel."""
 
 import torch
 import torch.nn as nn
