@@ -38,23 +38,21 @@ def summarise(experiment: Path) -> dict:
             a = t.user_attrs
             if not a.get("candidate") or t.duration is None:
                 continue
+            metrics = a.get("metrics") or {}
+            eval_s = sum(v for k, v in metrics.items() if k.startswith("stage_s/"))
             rows.append({"candidate": a["candidate"], "proposer": a.get("proposer", ""),
                          "state": a.get("state", ""), "s": t.duration.total_seconds(),
                          "reason": str(a.get("reason", ""))[:160],
                          "objective": (a.get("objectives") or [None])[0],
                          # the evaluation itself: its stages (the trial's duration adds the
                          # queues, the branch and the records)
-                         "eval_s": round(sum(v for k, v in (a.get("metrics") or {}).items()
-                                             if k.startswith("stage_s/")), 3),
+                         "eval_s": round(eval_s, 3),
                          # less the wait for the device while another slot timed its own
-                         "own_s": round(sum(v for k, v in (a.get("metrics") or {}).items()
-                                            if k.startswith("stage_s/"))
-                                        - (a.get("metrics") or {}).get("cost_s/device_wait",
-                                                                       0.0), 3),
-                         "cost": {k: round(v, 2) for k, v in (a.get("metrics") or {}).items()
+                         "own_s": round(eval_s - metrics.get("cost_s/device_wait", 0.0), 3),
+                         "cost": {k: round(v, 2) for k, v in metrics.items()
                                   if k.startswith(("stage_s/", "cost_s/"))},
                          # what the evaluation measured (speedups, acceptance, cost ratios)
-                         "metrics": {k: round(v, 4) for k, v in (a.get("metrics") or {}).items()
+                         "metrics": {k: round(v, 4) for k, v in metrics.items()
                                      if not k.startswith(("stage_s/", "cost_s/"))
                                      and isinstance(v, (int, float))}})
         seed = [r for r in rows if r["proposer"] == "seed"]

@@ -32,7 +32,7 @@ import optuna
 from optuna.trial import TrialState
 
 import evaluators
-from evaluators._base import Evaluator
+from evaluators._base import EvalContext, Evaluator
 from optimizer import knobs, search, sharing
 from optimizer import slots as slot_plan
 from optimizer.accounting import Ledger, Prices
@@ -232,13 +232,12 @@ def _prepare_night(r: Run, lanes: list[Lane]) -> None:
           + (f"; failed: {'; '.join(failed)[:500]}" if failed else ""))
 
 
-def _prepare_lane(evaluator: Evaluator, ctx: Any) -> None:
+def _prepare_lane(evaluator: Evaluator, ctx: EvalContext) -> None:
     try:
         evaluator.prepare(ctx)
     finally:  # its own (empty) io and scratch folders; what it made lives in the cache
-        for folder in (getattr(ctx, "io_dir", None), getattr(ctx, "scratch", None)):
-            if folder is not None:
-                shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(ctx.io_dir, ignore_errors=True)
+        shutil.rmtree(ctx.scratch, ignore_errors=True)
 
 
 def _select_winners(r: Run, lanes: list[Lane], at_once: int, deadline: float) -> None:

@@ -59,6 +59,17 @@ def test_kernel_night_script_exports_what_the_night_kept(tmp_path: Path) -> None
         assert (out / "kept" / f"{t}.py").read_text() == (
             ROOT / "targets" / "kernels" / t / "kernel.py").read_text()
     assert "all targets done" in (out / "night.log").read_text()
+    # the night's per-target figures, as a GPU night's are summarised
+    res = subprocess.run([sys.executable, "bench/night_summary.py", "experiments/kernels.toml",
+                          "--out", str(out / "summary.json")], cwd=work, env=env, timeout=300,
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert sorted(summary) == targets
+    for t in targets:
+        seed = summary[t]["rows"][0]
+        assert seed["proposer"] == "seed" and seed["state"] == "PRUNED"
+        assert 0 < seed["own_s"] <= seed["eval_s"] + 1e-9
 
 
 @pytest.mark.slow

@@ -34,14 +34,22 @@ class _Sandbox:
         _Sandbox.started.append(self.name)
 
 
-def test_gpu_lanes_are_prepared_at_once_and_cpu_lanes_not(monkeypatch):
+def test_gpu_lanes_are_prepared_at_once_and_cpu_lanes_not(monkeypatch, tmp_path):
     gpu, broken, cpu = _Evaluator(True), _Evaluator(True, fail=True), _Evaluator(False)
     lanes = [SimpleNamespace(evaluator=e, target=SimpleNamespace(name=n, timeout_s=60),
                              slots=[SimpleNamespace(index=i) for i in range(3)])
              for e, n in ((gpu, "softmax"), (broken, "gemm"), (cpu, "routing"))]
     monkeypatch.setattr(loop, "device_for", lambda ev: "cuda" if ev.gpu else "cpu")
-    monkeypatch.setattr(loop, "fresh_context",
-                        lambda config, target, key, sandbox, **kw: SimpleNamespace(**kw))
+    folders = []
+
+    def context(config, target, key, sandbox, **kw):
+        io, scratch = tmp_path / f"io-{target.name}", tmp_path / f"scratch-{target.name}"
+        io.mkdir()
+        scratch.mkdir()
+        folders.extend((io, scratch))
+        return SimpleNamespace(io_dir=io, scratch=scratch, **kw)
+
+    monkeypatch.setattr(loop, "fresh_context", context)
     monkeypatch.setattr(loop, "_sandbox",
                         lambda r, lane, slot: _Sandbox(f"{lane.target.name}/{slot.index}"))
     said: list[str] = []
@@ -56,6 +64,7 @@ def test_gpu_lanes_are_prepared_at_once_and_cpu_lanes_not(monkeypatch):
                                         for i in range(3)]
     assert r.summary.prepare_s > 0
     assert len(said) == 1 and "8 jobs" in said[0] and "no references today" in said[0]
+    assert len(folders) == 4 and not any(f.exists() for f in folders)  # failed one's too
 
 
 def test_a_night_without_gpu_targets_prepares_nothing(monkeypatch):
