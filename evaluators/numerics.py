@@ -358,6 +358,47 @@ def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(torch.equal(a, b))
 
 
+# digest(): two position-weighted sums of a tensor's 32-bit words modulo two primes (62 bits)
+_DIGEST_PRIMES = (2_147_483_647, 2_147_483_629)
+_DIGEST_WEIGHTS = ((1_103_515_245, 12_345), (69_069, 1))
+_DIGEST_CHUNK = 1 << 22  # words per step: a 1 GB tensor takes 64 steps
+
+
+def digest(t: Any) -> str:
+    """A fingerprint of a tensor's dtype, shape and bytes, the same on any device.
+
+    The bytes are read as 32-bit words; each of two sums weighs word ``i`` by
+    ``(a*i + b) mod p`` and is taken modulo its prime ``p``, all in exact int64 arithmetic.
+    Equal tensors give equal digests; any change of one word changes both sums. It stands
+    in for sending a tensor back when only bitwise equality is asked (inputs after a call,
+    a repeated call's output): a cross-entropy check wrote 2 GB of inputs-after-the-call
+    for that (2.7 s of a 7.3 s evaluation on an NVIDIA H200, 2026-12-04). A non-tensor
+    digests to its type's name."""
+    if not isinstance(t, torch.Tensor):
+        return f"not a tensor: {type(t).__name__}"
+    flat = t.detach().contiguous().reshape(-1)
+    raw = flat.view(torch.uint8) if flat.numel() else flat.new_empty(0, dtype=torch.uint8)
+    n4 = raw.numel() // 4 * 4
+    words = raw[:n4].view(torch.int32)
+    tail = raw[n4:].to(torch.int64)
+    sums = []
+    for (a, b), p in zip(_DIGEST_WEIGHTS, _DIGEST_PRIMES, strict=True):
+        total = torch.zeros((), dtype=torch.int64, device=raw.device)
+        for start in range(0, words.numel(), _DIGEST_CHUNK):
+            w = words[start:start + _DIGEST_CHUNK].to(torch.int64)
+            idx = torch.arange(start, start + w.numel(), dtype=torch.int64, device=raw.device)
+            # every factor is below 2^32 after the reductions: products stay below 2^63
+            weight = (idx * a + b) % p
+            total = (total + ((w % p) * weight % p).sum()) % p
+        if tail.numel():  # the last 1-3 bytes, each weighed by its position
+            pos = torch.arange(n4 + 1, n4 + 1 + tail.numel(), dtype=torch.int64,
+                               device=raw.device)
+            total = (total + (tail * pos).sum()) % p
+        sums.append(int(total))
+    shape = "x".join(str(d) for d in t.shape)
+    return f"{str(t.dtype).removeprefix('torch.')}[{shape}]:{sums[0]:08x}{sums[1]:08x}"
+
+
 def tolerances_from_config(cfg: Mapping[str, Any]) -> dict[str, Tolerance]:
     """Defaults, overridden per dtype by ``[evaluator.tolerances.<dtype>]``."""
     tols = dict(DEFAULT_TOLERANCES)

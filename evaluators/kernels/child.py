@@ -143,14 +143,31 @@ def check(payload: dict, io_dir: Path, cand: _Candidate | None = None) -> dict:
         _Poison.on = False
 
 
+def _draw_sets(torch: Any, w: dict, reference: Any, device: str) -> dict[str, list]:
+    """The workload's three input sets, drawn from their seeds on this device as the
+    trusted side drew them (the same values; it holds their references). Poison is off:
+    these are inputs, not outputs."""
+    from evaluators.numerics import make_case, torch_dtype
+
+    pdt = torch_dtype(w["param_dtype"]) if w.get("param_dtype") else None
+    was, _Poison.on = _Poison.on, False
+    try:
+        return {k: list(make_case(reference, w["args"], w["init"], dist, int(seed), pdt,
+                                  device).inputs)
+                for k, (dist, seed) in w["draws"].items()}
+    finally:
+        _Poison.on = was
+
+
 def _check(payload: dict, io_dir: Path, cand: _Candidate) -> dict:
     device = payload["device"]
     torch, mod, launch_codes = cand.torch, cand.mod, cand.launch_codes
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
     from evaluators.kernels.audit import ForwardAudit
-    from evaluators.numerics import as_list
+    from evaluators.numerics import as_list, digest
 
+    reference = _load(Path(payload["reference"]), "trusted_reference")
     results = []
     # where the call's time goes (reported as cost metrics; the first call of a workload
     # includes compiling the kernel for its shapes and dtypes)
@@ -158,7 +175,8 @@ def _check(payload: dict, io_dir: Path, cand: _Candidate) -> dict:
     clock = time.perf_counter
     for w in payload["workloads"]:
         wid = w["id"]
-        res: dict[str, Any] = {"id": wid, "problems": []}
+        res: dict[str, Any] = {"id": wid, "problems": [], "drawn": {}, "post": {},
+                               "repeat": []}
         results.append(res)
         t0 = clock()
         model = mod.ModelNew(*w["init"])
@@ -166,28 +184,25 @@ def _check(payload: dict, io_dir: Path, cand: _Candidate) -> dict:
         if params:
             model.load_state_dict(params, strict=True)
         model = model.to(device)
-        sets = {k: load_file(str(io_dir / f"{wid}.{k}.safetensors")) for k in "ABC"}
-        n = w["n_inputs"]
-        scalars = {int(k): v for k, v in w["scalars"].items()}
+        sets = _draw_sets(torch, w, reference, device)
+        res["drawn"] = {k: {str(i): digest(t) for i, t in enumerate(s)
+                            if isinstance(t, torch.Tensor)} for k, s in sets.items()}
 
-        def build(s: dict, n: int = n, scalars: dict = scalars) -> list:
-            return [scalars[i] if i in scalars else s[str(i)].to(device, copy=True)
-                    for i in range(n)]
+        def fresh(s: list) -> list:
+            return [t.clone() if isinstance(t, torch.Tensor) else t for t in s]
 
-        live = build(sets["A"])
+        live = fresh(sets["A"])
         earlier: list = []
         phases["load"] += clock() - t0
         for call, src in CALLS:
             t0 = clock()
-            if call != "A1":
-                if src == "B":
-                    live_call = build(sets["B"])
-                else:
-                    for i, t in enumerate(live):
-                        if isinstance(t, torch.Tensor):
-                            t.copy_(sets[src][str(i)].to(device))
-                    live_call = live
+            if call == "B":
+                live_call = fresh(sets["B"])
             else:
+                if call != "A1":  # C, then A again, written into A's storage
+                    for t, new in zip(live, sets[src], strict=True):
+                        if isinstance(t, torch.Tensor):
+                            t.copy_(new)
                 live_call = live
             _poison_allocator(torch, device, w["expect"])
             audit = ForwardAudit(launch_codes)
@@ -207,22 +222,16 @@ def _check(payload: dict, io_dir: Path, cand: _Candidate) -> dict:
             res["problems"] += audit.problems()
             res["problems"] += _storage_problems(torch, out, live_call, earlier, device)
             earlier += [o for o in out if isinstance(o, torch.Tensor)]
-            save_file(
-                {str(i): o.detach().as_subclass(torch.Tensor).to("cpu").contiguous()
-                 for i, o in enumerate(out)},
-                str(io_dir / f"{wid}.out.{call}.safetensors"),
-            )
-            if call in ("A1", "B"):
-                save_file(
-                    {
-                        str(i): t.detach().to("cpu").contiguous()
-                        for i, t in enumerate(live_call)
-                        if isinstance(t, torch.Tensor)
-                    },
-                    str(io_dir / f"{wid}.post.{call[0]}.safetensors"),
-                )
+            if call == "A2":  # only its bits are asked for: equal to A1's
+                res["repeat"] = [digest(o) for o in out]
+            else:
+                write_tensors({str(i): o for i, o in enumerate(out)},
+                              io_dir / f"{wid}.out.{call}.safetensors")
+            if call in ("A1", "B"):  # the inputs as the call left them, by their bits
+                res["post"][call[0]] = {str(i): digest(t) for i, t in enumerate(live_call)
+                                        if isinstance(t, torch.Tensor)}
             phases["save"] += clock() - t1
-        del earlier, live
+        del earlier, live, sets
     return {"workloads": results, "phases": {k: round(v, 3) for k, v in phases.items()}}
 
 
@@ -232,7 +241,7 @@ def time_kernels(payload: dict, io_dir: Path, cand_mod: Any = None) -> dict:
     if not torch.cuda.is_available():
         return {"error": "no CUDA device in the sandbox"}
     from evaluators import timing
-    from evaluators.numerics import make_case
+    from evaluators.numerics import as_list, digest, make_case
 
     reference = _load(Path(payload["reference"]), "trusted_reference")
     if cand_mod is None:
@@ -246,8 +255,6 @@ def time_kernels(payload: dict, io_dir: Path, cand_mod: Any = None) -> dict:
     flusher = timing.L2Flusher("cuda")
     out: dict[str, Any] = {"copy_gbs": copy_gbs, "device_name": torch.cuda.get_device_name(),
                            "workloads": []}
-    from safetensors.torch import save_file
-
     rng = random.Random(payload["seed"])
     for w in payload["workloads"]:
         dtype = getattr(torch, w["param_dtype"]) if w.get("param_dtype") else None
@@ -271,9 +278,8 @@ def time_kernels(payload: dict, io_dir: Path, cand_mod: Any = None) -> dict:
             rotating[name] = _Rotating(torch, model.to("cuda"), sets)
         reps = int(payload.get("reps", 100))
         n_blocks = int(payload.get("blocks", 1))
-        keep = {(b, r) for b in range(n_blocks)
-                for r in rng.sample(range(reps), min(reps, int(payload.get("checks", 3))))}
-        capture = _Capture(keep, rotating["candidate"], io_dir, str(w["id"]), save_file, torch)
+        capture = _Capture(_picks(rng, n_blocks, len(sets), reps, int(payload.get("checks", 3))),
+                           rotating["candidate"], io_dir, str(w["id"]))
         blocks = []
         for b in range(n_blocks):
             capture.block = b
@@ -283,13 +289,20 @@ def time_kernels(payload: dict, io_dir: Path, cand_mod: Any = None) -> dict:
                            for k, s in samples.items()})
         models = {k: r.model for k, r in rotating.items()}
         captured = capture.captured
-        after = []  # the kernel re-validated on every set once the timing is over
+        # the kernel once more on every set after the timing: where a timed call of that set
+        # was captured, its bits must be that call's (the trusted side compares digests),
+        # else its outputs go back for the reference
+        after = []
         for j, inputs in enumerate(sets):
             with torch.no_grad():
                 result = models["candidate"](*inputs)
             torch.cuda.synchronize()
-            _save_outputs(save_file, torch, result, io_dir / f"{w['id']}.after.{j}.safetensors")
-            after.append({"file": f"{w['id']}.after.{j}.safetensors", "set": j})
+            if any(c["set"] == j for c in captured):
+                after.append({"set": j, "digests": [digest(o) for o in as_list(result)]})
+            else:
+                file = f"{w['id']}.after.{j}.safetensors"
+                _save_outputs(result, io_dir / file)
+                after.append({"set": j, "file": file})
         out["workloads"].append({"id": w["id"], "blocks": blocks, "captured": captured,
                                  "after": after})
     return out
@@ -331,29 +344,102 @@ class _Rotating:
             return self.model(*self.sets[self.last])
 
 
-class _Capture:
-    """Keeps the candidate's results of the chosen (block, rep) calls for the trusted side."""
+def _picks(rng: random.Random, blocks: int, n_sets: int, reps: int, checks: int
+           ) -> set[tuple[int, int, int]]:
+    """Which timed calls of the candidate are kept for checking, as (block, set, k): the
+    k-th call on that set in that block. Each block covers every set before any twice
+    (then no set needs its outputs sent again after the timing); which call of a set is
+    chosen at random, so no call knows beforehand whether it is checked."""
+    per_set = max(1, reps // max(1, n_sets))
+    picks = set()
+    for b in range(blocks):
+        order = rng.sample(range(n_sets), n_sets)
+        chosen: dict[int, list[int]] = {}
+        for i in range(checks):
+            j = order[i % n_sets]
+            free = [k for k in range(per_set) if k not in chosen.get(j, [])]
+            if free:
+                chosen.setdefault(j, []).append(rng.choice(free))
+        picks |= {(b, j, k) for j, ks in chosen.items() for k in ks}
+    return picks
 
-    def __init__(self, keep: set[tuple[int, int]], rotating: _Rotating, io_dir: Path,
-                 wid: str, save_file: Any, torch: Any):
-        self.keep, self.rotating, self.io_dir, self.wid = keep, rotating, io_dir, wid
-        self.save_file, self.torch = save_file, torch
-        self.block = 0
+
+class _Capture:
+    """Keeps the candidate's results of the chosen timed calls (see :func:`_picks`) for the
+    trusted side."""
+
+    def __init__(self, picks: set[tuple[int, int, int]], rotating: _Rotating, io_dir: Path,
+                 wid: str):
+        self.picks, self.rotating, self.io_dir, self.wid = picks, rotating, io_dir, wid
+        self._block = 0
+        self.seen: dict[int, int] = {}  # calls per set in this block
         self.captured: list[dict[str, Any]] = []
 
+    @property
+    def block(self) -> int:
+        return self._block
+
+    @block.setter
+    def block(self, b: int) -> None:
+        self._block, self.seen = b, {}
+
     def __call__(self, name: str, rep: int, result: Any) -> None:
-        if name != "candidate" or (self.block, rep) not in self.keep:
+        if name != "candidate":
+            return
+        j = self.rotating.last
+        k = self.seen.get(j, 0)
+        self.seen[j] = k + 1
+        if (self._block, j, k) not in self.picks:
             return
         file = f"{self.wid}.cap.{len(self.captured)}.safetensors"
-        _save_outputs(self.save_file, self.torch, result, self.io_dir / file)
-        self.captured.append({"file": file, "set": self.rotating.last, "block": self.block,
-                              "rep": rep})
+        _save_outputs(result, self.io_dir / file)
+        self.captured.append({"file": file, "set": j, "block": self._block, "rep": rep})
 
 
-def _save_outputs(save_file: Any, torch: Any, result: Any, path: Path) -> None:
+# safetensors' names of the dtypes an output or input can have
+_ST_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16",
+              "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8",
+              "bool": "BOOL", "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2"}
+
+
+def write_tensors(tensors: dict, path: Path) -> None:
+    """``tensors`` (name -> tensor; anything else becomes a NaN scalar, which the trusted
+    side then judges) to a safetensors file at ``path``, written straight from each
+    tensor's host copy. ``safetensors.torch.save_file`` first copies every tensor into a
+    bytes object; for the 168 MB outputs of a norm that copy was most of its time. The
+    trusted side reads the file with safetensors' own checked loader."""
+    import json
+
+    import torch
+
+    host = {}
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            t = torch.tensor(float("nan"))
+        host[name] = t.detach().as_subclass(torch.Tensor).to("cpu").contiguous()
+    header: dict[str, Any] = {}
+    offset = 0
+    for name, t in host.items():
+        dt = _ST_DTYPES.get(str(t.dtype).removeprefix("torch."))
+        if dt is None:  # a dtype this writer does not know: the library's own writer
+            from safetensors.torch import save_file
+
+            save_file(host, str(path))
+            return
+        n = t.numel() * t.element_size()
+        header[name] = {"dtype": dt, "shape": list(t.shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)  # the data starts 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(len(head).to_bytes(8, "little"))
+        f.write(head)
+        for t in host.values():
+            if t.numel():
+                f.write(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+
+
+def _save_outputs(result: Any, path: Path) -> None:
     from evaluators.numerics import as_list
 
-    outs = as_list(result)
-    save_file({str(i): (o.detach().as_subclass(torch.Tensor).to("cpu").contiguous()
-                        if isinstance(o, torch.Tensor) else torch.tensor(float("nan")))
-               for i, o in enumerate(outs)}, str(path))
+    write_tensors({str(i): o for i, o in enumerate(as_list(result))}, path)

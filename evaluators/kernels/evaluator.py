@@ -183,7 +183,8 @@ class _CasePool:
                  init: list[Any], param_dtype: Any, draws: list[tuple[str, int]]):
         self.wid, self.folder, self.reference = wid, folder, reference
         self.args, self.init, self.param_dtype, self.draws = args, init, param_dtype, draws
-        self.made: dict[int, tuple[Any, list[Any], Path]] = {}  # case, references, file
+        # case k: the case, its float64 references, the digests of its inputs
+        self.made: dict[int, tuple[Any, list[Any], dict[str, str]]] = {}
         self.ref_device = _reference_device()
         self.params: Path | None = None
         self.meta: list[Any] = []
@@ -192,12 +193,12 @@ class _CasePool:
     def __len__(self) -> int:
         return len(self.draws)
 
-    def get(self, k: int) -> tuple[Any, list[Any], Path]:
-        """Case ``k`` with its references and its saved inputs, made on first use."""
+    def get(self, k: int) -> tuple[Any, list[Any], dict[str, str]]:
+        """Case ``k`` with its references and its inputs' digests, made on first use."""
         with self._lock:
             return self._get(k)
 
-    def _get(self, k: int) -> tuple[Any, list[Any], Path]:
+    def _get(self, k: int) -> tuple[Any, list[Any], dict[str, str]]:
         if k not in self.made:
             import torch
             from safetensors.torch import save_file
@@ -213,11 +214,10 @@ class _CasePool:
                 save_file({n: v.contiguous().cpu() for n, v in case.params.items()},
                           str(self.params))
                 self.meta = numerics.expected_meta(self.reference, self.init, case)
-            path = self.folder / f"{self.wid}.{k}.safetensors"
-            save_file({str(j): t.contiguous().cpu() for j, t in enumerate(case.inputs)
-                       if isinstance(t, torch.Tensor)}, str(path))
+            digests = {str(j): numerics.digest(t) for j, t in enumerate(case.inputs)
+                       if isinstance(t, torch.Tensor)}
             self.made[k] = (case, numerics.reference_output(self.reference, self.init, case,
-                                                            self.ref_device), path)
+                                                            self.ref_device), digests)
         return self.made[k]
 
 
@@ -336,8 +336,9 @@ class KernelEvaluator(Evaluator):
         first drawn, with their float64 references and their files. Each evaluation checks
         three of them drawn with its own hidden seed, as it checked three fresh ones before:
         generating inputs and references was most of a kernel evaluation (on 2 cores 5.4 s
-        of softmax's, per candidate). The files are copied into each evaluation's io dir,
-        never linked: a candidate that writes into its inputs cannot reach the next one's."""
+        of softmax's, per candidate). The candidate's process draws the three from their
+        seeds on the same device (the same values), as it draws the timed sets: no case
+        crosses a file, and no candidate can reach another's inputs."""
         pool = self._pools.get(wid)
         if pool is not None and self._pool_dir is not None and self._pool_dir.exists():
             return pool
@@ -403,7 +404,6 @@ class KernelEvaluator(Evaluator):
 
     def _correctness(self, cand_dir: Path, ctx: EvalContext,
                      picks: tuple[int, int, int] | None) -> EvalResult:
-        import torch
         from safetensors.torch import load_file
 
         device = _device_kind(ctx.device)
@@ -414,6 +414,7 @@ class KernelEvaluator(Evaluator):
         cases: dict[tuple[str, str], numerics.Case] = {}
         refs: dict[tuple[str, str], list[Any]] = {}
         metas: dict[str, list[Any]] = {}
+        digests: dict[tuple[str, str], dict[str, str]] = {}
         t_prep = time.perf_counter()
         for i, w in enumerate(self.config.workloads):
             if w.device != device:
@@ -427,16 +428,15 @@ class KernelEvaluator(Evaluator):
             # three of the night's hidden cases, a fresh draw per evaluation
             chosen = picks if picks is not None else rng.sample(range(len(pool)), k=3)
             for key, n in zip("ABC", chosen, strict=True):
-                cases[wid, key], refs[wid, key], path = pool.get(n)
-                shutil.copyfile(path, ctx.io_dir / f"{wid}.{key}.safetensors")
-            a = cases[wid, "A"]
+                cases[wid, key], refs[wid, key], digests[wid, key] = pool.get(n)
             assert pool.params is not None
             shutil.copyfile(pool.params, ctx.io_dir / f"{wid}.params.safetensors")
             metas[wid] = pool.meta
             jobs.append({
-                "id": wid, "name": w.name, "init": init, "n_inputs": len(a.inputs),
-                "scalars": {str(j): t for j, t in enumerate(a.inputs)
-                            if not isinstance(t, torch.Tensor)},
+                "id": wid, "name": w.name, "init": init, "args": w.args,
+                "param_dtype": w.param_dtype or w.args.get("dtype"),
+                "draws": {key: list(pool.draws[n]) for key, n in zip("ABC", chosen,
+                                                                      strict=True)},
                 "expect": [[list(s), _dtype_name(d)] for s, d in metas[wid]],
             })
         if not jobs:
@@ -444,7 +444,9 @@ class KernelEvaluator(Evaluator):
                               "correctness", artifacts={"validation.md": "\n".join(report)})
         prep_s = time.perf_counter() - t_prep  # cases, references, files (the pool's first use)
         t_call = time.perf_counter()
-        call = self._call(ctx, cand_dir, "check", {"device": device, "workloads": jobs})
+        call = self._call(ctx, cand_dir, "check", {
+            "device": device, "workloads": jobs,
+            "reference": str(self.target.path / "reference.py")})
         call_s = time.perf_counter() - t_call
         failed = result_from_call(call, "correctness")
         if failed is not None:
@@ -463,16 +465,21 @@ class KernelEvaluator(Evaluator):
                 return self._invalid(f"{name}: no result", report)
             if res["problems"]:
                 return self._invalid(f"{name}: {res['problems'][0]}", report, rejected=True)
+            drawn = res.get("drawn", {})
+            for k in ("A", "B", "C"):
+                if drawn.get(k) != digests[wid, k]:
+                    return self._invalid(
+                        f"{name}: the inputs drawn in the candidate's process are not the "
+                        f"night's (set {k}, inputs '{cases[wid, k].dist}'): its process "
+                        "changed how torch seeds or draws", report)
+            post = res.get("post", {})
             for k in ("A", "B"):
-                post = load_file(str(ctx.io_dir / f"{wid}.post.{k}.safetensors"))
-                for j, t in enumerate(cases[wid, k].inputs):
-                    # compared where the case lives (the GPU on a GPU machine)
-                    if isinstance(t, torch.Tensor) and not numerics.bitwise_equal(
-                            t, post[str(j)]):
+                for j, expected in digests[wid, k].items():
+                    if post.get(k, {}).get(j) != expected:
                         return self._invalid(f"{name}: input {j} was modified by the call",
                                              report)
             outs = {c: load_file(str(ctx.io_dir / f"{wid}.out.{c}.safetensors"))
-                    for c in ("A1", "B", "C", "A2")}
+                    for c in ("A1", "B", "C")}
             worst = 0.0
             for call_name, key in (("A1", "A"), ("B", "B"), ("C", "C")):
                 out = outs[call_name]
@@ -495,8 +502,12 @@ class KernelEvaluator(Evaluator):
                         return self._invalid(f"{where}, output {j}: {v.reason}", report)
                     worst = max(worst, v.norm_err)
                     report.append(f"- {where}, output {j}: ok, rel. norm error {v.norm_err:.2e}")
+            repeat = list(res.get("repeat", []))
             for j in range(len(metas[wid])):
-                if not numerics.bitwise_equal(outs["A1"][str(j)], outs["A2"][str(j)]):
+                # the bits of A1's output (here) against those of the same call repeated
+                # (the child's digest); compared where the references live
+                first = outs["A1"][str(j)].to(refs[wid, "A"][j].device)
+                if j >= len(repeat) or numerics.digest(first) != repeat[j]:
                     return self._invalid(f"{name}: nondeterministic: output {j} differs bitwise "
                                          "between two calls on the same inputs", report)
             metrics[f"norm_err/{name}"] = worst
@@ -589,11 +600,13 @@ class KernelEvaluator(Evaluator):
         from safetensors.torch import load_file
 
         sets = self._timing_sets(job)
-        checked = [*(("timed call", c) for c in w.get("captured", [])),
-                   *(("after the timing", c) for c in w.get("after", []))]
-        if len(w.get("after", [])) != len(sets) or not w.get("captured"):
+        captured, after = list(w.get("captured", [])), list(w.get("after", []))
+        if sorted(int(c["set"]) for c in after) != list(range(len(sets))) or not captured:
             return EvalResult(CandidateState.FAILED, f"{job['name']}: the timed outputs did "
                               "not all come back for checking", stage)
+        seen: dict[int, list[str]] = {}  # a checked timed call's output digests, by set
+        checked = [*(("timed call", c) for c in captured),
+                   *(("after the timing", c) for c in after if "digests" not in c)]
         for what, c in checked:
             j = int(c["set"])
             case, refs = sets[j]
@@ -612,6 +625,18 @@ class KernelEvaluator(Evaluator):
                         CandidateState.INVALID,
                         f"{job['name']}, {what} ({where}, inputs '{case.dist}'), output {k}: "
                         f"{v.reason}", stage)
+            if what == "timed call" and j not in seen:
+                seen[j] = [numerics.digest(out[str(k)].to(ref.device))
+                           for k, ref in enumerate(refs)]
+        for c in after:  # the call after the timing gave a checked timed call's bits
+            if "digests" not in c:
+                continue
+            j = int(c["set"])
+            if j not in seen or list(c["digests"]) != seen[j]:
+                return EvalResult(
+                    CandidateState.INVALID,
+                    f"{job['name']}: nondeterministic: after the timing, inputs "
+                    f"'{sets[j][0].dist}' gave other bits than a timed call on them", stage)
         return None
 
     def _timed(self, cand_dir: Path, ctx: EvalContext, baseline: Path | None, blocks: int,

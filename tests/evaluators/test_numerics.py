@@ -197,3 +197,31 @@ def test_cases_drawn_in_several_threads_at_once_are_the_cases_drawn_alone() -> N
     for t in threads:
         t.join()
     assert not wrong, f"{len(wrong)} draws got another seed's labels"
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 3000), pos=st.integers(0, 10**6), bit=st.integers(0, 15),
+       dtype=st.sampled_from([torch.bfloat16, torch.float32, torch.int64, torch.uint8]))
+def test_digest_sees_any_one_bit_and_nothing_else(n, pos, bit, dtype):
+    """Equal bits give equal digests; one flipped bit anywhere (the tail bytes of a
+    length that is no multiple of four included) changes it."""
+    g = torch.Generator().manual_seed(n)
+    x = (torch.randn(n, generator=g) * 100).to(dtype)
+    d = numerics.digest(x)
+    assert numerics.digest(x.clone()) == d
+    raw = x.clone().view(torch.uint8)
+    i = pos % raw.numel()
+    raw[i] ^= 1 << (bit % 8)
+    assert numerics.digest(raw.view(dtype)) != d
+
+
+def test_digest_names_dtype_and_shape_and_swaps_count():
+    x = torch.arange(12, dtype=torch.int32)
+    assert numerics.digest(x) != numerics.digest(x.view(3, 4))  # same bytes, other shape
+    assert numerics.digest(x) != numerics.digest(x.view(torch.float32))
+    swapped = x.clone()
+    swapped[[2, 3]] = swapped[[3, 2]]  # the same words in another order
+    assert numerics.digest(swapped) != numerics.digest(x)
+    assert numerics.digest(x[::2]) == numerics.digest(x[::2].contiguous())
+    assert numerics.digest(3.0) == "not a tensor: float"
+    assert numerics.digest(torch.zeros(0)) != numerics.digest(torch.zeros(0, dtype=torch.int8))

@@ -9,17 +9,18 @@ import triton.language as tl
 """Cheat: reseed_labels. Class: reach the inputs (torch's global generators).
 
 Attack: at import it replaces torch.manual_seed with a function that seeds every generator
-with 0, so whatever its process draws after seeding (the timed input sets' integer labels,
-which the reference's get_inputs draws from torch's global generators) comes out the same
-whatever seed the harness asks for: labels it could know in advance.
+with 0, so whatever its process draws after seeding (the validation cases and the timed
+input sets, whose integer labels the reference's get_inputs draws from torch's global
+generators) comes out the same whatever seed the harness asks for: labels it could know in
+advance.
 How it would win: with the labels known, a kernel could read only the target column's
 neighbourhood or return losses computed once. (This program then does the seed's honest
 work: the attack alone is under test.)
-Why a sound evaluator must not credit it: the trusted side draws the timed sets and their
-float64 references in its own process, with its own seeding; labels drawn differently in
-the candidate's process make its timed outputs answer other inputs, so they are wrong. The
-validation inputs come from files the trusted side wrote and are not drawn here at all.
-Needs a CUDA GPU: only the timed phase draws inputs in the candidate's process.
+Why a sound evaluator must not credit it: the trusted side draws every input set and its
+float64 reference in its own process, with its own seeding, and compares the digests of the
+sets the candidate's process drew with its own before judging any output; labels drawn
+differently make the check INVALID (on the CPU too) and the timed outputs answer other
+inputs.
 Sound verdict: not VALID, or VALID with no gain over the seed.
 """
 
