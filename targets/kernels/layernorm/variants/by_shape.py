@@ -6,7 +6,9 @@ element in one reduction (variants/paired_tiles.py; 0.94-0.95 of copy bandwidth 
 75% and a one-row program at 0.83: those rows go to a persistent grid of PROGRAMS_PER_SM
 programs an SM that hold the weight and bias in registers and issue the next row's loads
 before this row's reduction (alone, as variants/prefetch_rows.py of commit 5933b52: 0.90
-at 16381x5120, but 0.87 at 32768x4096, where one row ahead is too shallow).
+at 16381x5120, but 0.87 at 32768x4096, where one row ahead is too shallow), when the grid
+gets at least MIN_ROWS_PER_PROGRAM rows a program (fewer rows go one a program: a night
+of 2026-12-04 kept RAGGED_PERSISTENT = 0 because the grid lost 15% at fp32 2048x3000).
 RAGGED_PERSISTENT = 0 sends every width to the one-row kernel."""
 
 import torch
@@ -19,6 +21,7 @@ ROW_WARPS = 4  # knob: choices=[2, 4, 8, 16]
 PERSISTENT_WARPS = 4  # knob: choices=[4, 8, 16]
 PROGRAMS_PER_SM = 3  # knob: choices=[1, 2, 3, 4]
 RAGGED_PERSISTENT = 1  # knob: choices=[0, 1]
+MIN_ROWS_PER_PROGRAM = 16  # knob: choices=[1, 4, 8, 16, 32, 64]
 CPU_PROGRAMS = 4  # programs under the interpreter, fewer than the rows so each loops
 
 
@@ -135,8 +138,13 @@ def layernorm(x, weight, bias, eps):
     n_rows, n_cols = x2.shape
     y = torch.empty_like(x2)
     head, tail = _tiles(n_cols)
-    if head < n_cols and RAGGED_PERSISTENT:
-        _persistent_kernel[(_n_programs(x2, n_rows),)](
+    programs = _n_programs(x2, n_rows)
+    # on a GPU, a grid with few rows a program pays for holding the weight and bias without
+    # getting it back (fp32 2048x3000 on an NVIDIA H200: 0.0234 ms against the one-row
+    # kernel's 0.0204, 5 rows a program; 16381x5120 gains 8%, 41 rows a program)
+    few_rows = x2.is_cuda and n_rows < MIN_ROWS_PER_PROGRAM * programs
+    if head < n_cols and RAGGED_PERSISTENT and not few_rows:
+        _persistent_kernel[(programs,)](
             x2, weight, bias, y, n_rows, n_cols, x2.stride(0), y.stride(0), eps,
             HEAD=head, TAIL=tail, HAS_TAIL=True, HOLD=1, num_warps=PERSISTENT_WARPS)
     else:
