@@ -152,3 +152,20 @@ def test_the_evaluation_cost_bench_runs_where_it_is_written(tmp_path: Path) -> N
     for e in t["evaluations"]:
         assert e["state"] == "PRUNED" and "correctness verified" in e["reason"]
         assert e["cost"]["cost_s/check_prep"] < 1.0  # the pools were made beforehand
+
+
+def test_the_transport_bench_runs_where_it_is_written(tmp_path: Path) -> None:
+    """`bench/kernels_transport_cost.py` on the CPU, small: every measured step is there,
+    with a rate for each copy and write, and its folders are removed."""
+    out = tmp_path / "transport.json"
+    res = subprocess.run([sys.executable, "bench/kernels_transport_cost.py", "--out", str(out),
+                          "--rows", "64", "--cols", "320", "--reps", "2"], cwd=ROOT,
+                         timeout=300, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["bytes"] == 64 * 320 * 2
+    steps = {"make_case", "digest", "to_cpu_pageable", "to_cpu_pinned", "write_disk",
+             "save_file_disk", "device_to_file_disk"}
+    assert steps <= set(data["seconds"])
+    assert all(v > 0 for k, v in data["gb_per_s"].items())
+    assert not list(ROOT.glob("transport-*"))
