@@ -189,9 +189,14 @@ class _Finder:
             for n in ast.walk(tree))
         kernel_code = {n for f in ast.walk(tree) if _is_device_kernel(f) for n in ast.walk(f)}
         plumbing = _shape_plumbing(tree)
-        if self.powers:  # the 1 of 1 << k too: 2 << k is twice the tile the code sized
-            plumbing |= {n.left for n in ast.walk(tree)
-                         if isinstance(n, ast.BinOp) and _builds_a_power(n)}
+        if self.powers:
+            # the 1 of 1 << k (2 << k is twice the tile the code sized) and the exponent k:
+            # 1 << (n.bit_length() + 1) is a tile four times the row, read unmasked past
+            # its end (most likely the 10 "illegal memory access" LayerNorm candidates of
+            # an H200 night, 2026-12-04)
+            plumbing |= {x for n in ast.walk(tree)
+                         if isinstance(n, ast.BinOp) and _builds_a_power(n)
+                         for x in (n.left, *ast.walk(n.right))}
         for node in ast.walk(tree):
             if node in inside_fstring or node in kernel_code or node in plumbing:
                 continue

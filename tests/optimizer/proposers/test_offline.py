@@ -353,12 +353,17 @@ def test_a_power_of_two_built_by_shifting_keeps_its_shift_in_triton_modules():
     from optimizer.proposers.offline import _Finder
 
     body = "def tiles(n):\n    return 1 << (n.bit_length() - 1), n << 2\n"
-    for imports, shifts, ones in (("import triton\n", 1, 1), ("import math\n", 2, 2)):
+    for imports, shifts, ones, minus in (("import triton\n", 1, 0, 0),
+                                         ("import math\n", 2, 2, 1)):
         src = imports + body
         sites = _Finder("k.py", src, [(0, len(src))], set()).visit(ast.parse(src))
         assert sum(site.old == "<<" for site in sites) == shifts, sites
-        # the shifted 1 stays too (2 << k is twice the tile); the exponent's 1 may move
+        # the shifted 1 stays too (2 << k is twice the tile), and so does the exponent:
+        # n.bit_length() + 1 makes a tile four times the row, read past its end
         assert sum(site.old == "1" for site in sites) == ones, sites
+        assert sum(site.old == "-" for site in sites) == minus, sites
+        # the other shift's operand still moves (n << 2 is no tile built from a 1)
+        assert any(site.old == "2" for site in sites), sites
 
 
 PLUMBING = '''
