@@ -474,9 +474,9 @@ class KernelEvaluator(Evaluator):
                         "changed how torch seeds or draws", report)
             post = res.get("post", {})
             for k in ("A", "B"):
-                for j, expected in digests[wid, k].items():
-                    if post.get(k, {}).get(j) != expected:
-                        return self._invalid(f"{name}: input {j} was modified by the call",
+                for pos, expected in digests[wid, k].items():
+                    if post.get(k, {}).get(pos) != expected:
+                        return self._invalid(f"{name}: input {pos} was modified by the call",
                                              report)
             outs = {c: load_file(str(ctx.io_dir / f"{wid}.out.{c}.safetensors"))
                     for c in ("A1", "B", "C")}
