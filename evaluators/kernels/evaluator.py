@@ -336,9 +336,10 @@ class KernelEvaluator(Evaluator):
         first drawn, with their float64 references (the parameters in a file). Each
         evaluation checks three of them drawn with its own hidden seed, as it checked three
         fresh ones before: generating inputs and references was most of a kernel
-        evaluation (on 2 cores 5.4 s of softmax's, per candidate). The candidate's process draws the three from their
-        seeds on the same device (the same values), as it draws the timed sets: no case
-        crosses a file, and no candidate can reach another's inputs."""
+        evaluation (on 2 cores 5.4 s of softmax's, per candidate). The candidate's process
+        draws the three from their seeds on the same device (the same values), as it draws
+        the timed sets: no case crosses a file, and no candidate can reach another's
+        inputs."""
         pool = self._pools.get(wid)
         if pool is not None and self._pool_dir is not None and self._pool_dir.exists():
             return pool
