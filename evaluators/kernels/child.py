@@ -14,6 +14,7 @@ its interpreter: ``TRITON_INTERPRET=1`` is set before triton or the candidate is
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import random
@@ -50,6 +51,17 @@ class _Poison:
     """Whether fresh allocations are poisoned now: during checked calls, not timed ones."""
 
     on = True
+
+
+@contextlib.contextmanager
+def _unpoisoned() -> Any:
+    """The harness's own allocations (inputs it draws, its staging buffer) in a check: not
+    outputs, so not poisoned."""
+    was, _Poison.on = _Poison.on, False
+    try:
+        yield
+    finally:
+        _Poison.on = was
 
 
 def _install_poison(torch: Any) -> None:
@@ -150,13 +162,10 @@ def _draw_sets(torch: Any, w: dict, reference: Any, device: str) -> dict[str, li
     from evaluators.numerics import make_case, torch_dtype
 
     pdt = torch_dtype(w["param_dtype"]) if w.get("param_dtype") else None
-    was, _Poison.on = _Poison.on, False
-    try:
+    with _unpoisoned():
         return {k: list(make_case(reference, w["args"], w["init"], dist, int(seed), pdt,
                                   device).inputs)
                 for k, (dist, seed) in w["draws"].items()}
-    finally:
-        _Poison.on = was
 
 
 def _check(payload: dict, io_dir: Path, cand: _Candidate) -> dict:
@@ -225,8 +234,7 @@ def _check(payload: dict, io_dir: Path, cand: _Candidate) -> dict:
             if call == "A2":  # only its bits are asked for: equal to A1's
                 res["repeat"] = [digest(o) for o in out]
             else:
-                write_tensors({str(i): o for i, o in enumerate(out)},
-                              io_dir / f"{wid}.out.{call}.safetensors")
+                _save_outputs(out, io_dir / f"{wid}.out.{call}.safetensors")
             if call in ("A1", "B"):  # the inputs as the call left them, by their bits
                 res["post"][call[0]] = {str(i): digest(t) for i, t in enumerate(live_call)
                                         if isinstance(t, torch.Tensor)}
@@ -282,7 +290,7 @@ def time_kernels(payload: dict, io_dir: Path, cand_mod: Any = None) -> dict:
                            rotating["candidate"], io_dir, str(w["id"]))
         blocks = []
         for b in range(n_blocks):
-            capture.block = b
+            capture.new_block(b)
             samples = timing.time_interleaved(rotating, reps=reps, flusher=flusher,
                                               capture=capture)
             blocks.append({k: {"event_ms": list(s.event_ms), "wall_ms": list(s.wall_ms)}
@@ -371,17 +379,12 @@ class _Capture:
     def __init__(self, picks: set[tuple[int, int, int]], rotating: _Rotating, io_dir: Path,
                  wid: str):
         self.picks, self.rotating, self.io_dir, self.wid = picks, rotating, io_dir, wid
-        self._block = 0
+        self.block = 0
         self.seen: dict[int, int] = {}  # calls per set in this block
         self.captured: list[dict[str, Any]] = []
 
-    @property
-    def block(self) -> int:
-        return self._block
-
-    @block.setter
-    def block(self, b: int) -> None:
-        self._block, self.seen = b, {}
+    def new_block(self, b: int) -> None:
+        self.block, self.seen = b, {}
 
     def __call__(self, name: str, rep: int, result: Any) -> None:
         if name != "candidate":
@@ -389,11 +392,11 @@ class _Capture:
         j = self.rotating.last
         k = self.seen.get(j, 0)
         self.seen[j] = k + 1
-        if (self._block, j, k) not in self.picks:
+        if (self.block, j, k) not in self.picks:
             return
         file = f"{self.wid}.cap.{len(self.captured)}.safetensors"
         _save_outputs(result, self.io_dir / file)
-        self.captured.append({"file": file, "set": j, "block": self._block, "rep": rep})
+        self.captured.append({"file": file, "set": j, "block": self.block, "rep": rep})
 
 
 # safetensors' names of the dtypes an output or input can have
@@ -420,8 +423,9 @@ def _host_bytes(torch: Any, t: Any) -> Any:
         try:
             if _Staging.buf is None or _Staging.buf.numel() < n:
                 _Staging.buf = None
-                _Staging.buf = torch.empty(max(n, 1 << 20), dtype=torch.uint8,
-                                           pin_memory=True)
+                with _unpoisoned():
+                    _Staging.buf = torch.empty(max(n, 1 << 20), dtype=torch.uint8,
+                                               pin_memory=True)
             stage = _Staging.buf[:n]
             stage.copy_(raw)
             return stage

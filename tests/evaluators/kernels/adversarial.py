@@ -209,6 +209,11 @@ AUDIT_CASES = [
              '"runtime/interpreter.py")\n'
              'forged = type(double)(getattr(code, "repl" + "ace")(co_filename=path), {})\n'
              'y = run(x)\nreturn forged(y) - y')),
+    # the trusted reference is imported in the candidate's process (the harness draws the
+    # validation sets there from their seeds): answering with it is torch compute
+    ("borrow_trusted_reference", "REJECTED", _AUDIT,
+     _hidden('mods = getattr(getattr(torch, "sy" + "s"), "modu" + "les")\n'
+             'return mods["trusted_" + "reference"].Model()(x)')),
     ("numpy_on_cpu_copy", "REJECTED", _AUDIT,
      _hidden('n = getattr(getattr(x, "cp" + "u")(), "num" + "py")()\n'
              'e = 2.718281828459045 ** (n - getattr(n, "m" + "ax")(-1, keepdims=True))\n'
