@@ -212,6 +212,7 @@ class SpeculativeEvaluator(Evaluator):
             engine = StaticDecoder(raw, min(need, raw.cfg.max_len))
             engine.capture([*range(1, longest_k + 2), int(s["prompt_len"]),
                             prompts.SAMPLE_LEN])
+            engine.calibrate(range(1, longest_k + 2))  # pads a step to a cheaper graph
             self._engines[key] = engine
         return self._engines[key]
 
@@ -430,7 +431,9 @@ class SpeculativeEvaluator(Evaluator):
                 raise _Stop(decode_failure(exc, "correctness", ctx.timeout_s)) from None
         return {"train": rec, "sweep": sweep, "best_k": best, "repeats": repeats,
                 "samples": samples, "start_s": sessions.start_s, "close_s": sessions.close_s,
-                "decode_s": time.perf_counter() - start, "sample_prompt": sample_prompt}
+                "rtt_s": sessions.rtt_s,
+                "decode_s": time.perf_counter() - start, "sample_prompt": sample_prompt,
+                "engine": model.describe()}
 
     def _run(self, cand_dir: Path, ctx: EvalContext) -> tuple[EvalResult | None, dict]:
         self._use(ctx)

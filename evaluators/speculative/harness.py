@@ -72,6 +72,7 @@ class DraftSessions:
         self.deadline = deadline  # perf_counter: every session and request ends before it
         self.start_s: list[float] = []  # per session: until ready (untimed)
         self.close_s: list[float] = []
+        self.rtt_s: list[float] = []  # per session: a null request's round trip (untimed)
 
     @contextlib.contextmanager
     def draft(self, sampled: bool = False) -> Iterator[RemoteDraft]:
@@ -87,11 +88,28 @@ class DraftSessions:
             remote = RemoteDraft(session, vocab=self.vocab, n_layers=self.n_layers,
                                  deadline=self.deadline, sampled=sampled)
             self.start_s.append(time.perf_counter() - t0)
+            self.rtt_s.append(_null_round_trip(session, self.deadline))
             yield remote
         finally:
             t1 = time.perf_counter()
             session.close()
             self.close_s.append(time.perf_counter() - t1)
+
+
+NULL_REQUESTS = 3
+
+
+def _null_round_trip(session: Any, deadline: float) -> float:
+    """The fastest of a few ``info`` requests, untimed: what the channel itself costs a
+    decoding step (the rest of a draft call's time is the draft's own work)."""
+    best = float("inf")
+    for _ in range(NULL_REQUESTS):
+        reply = session.request({"op": "info"},
+                                timeout_s=max(0.1, deadline - time.perf_counter()))
+        if not reply.ok:
+            raise RemoteFailure(f"draft (info): {reply.reason}", timed_out=reply.timed_out)
+        best = min(best, reply.wall_s)
+    return best
 
 
 @dataclass

@@ -113,6 +113,10 @@ def summarize(resp: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
         "session_start_s": statistics.median(starts),
         "session_close_s": statistics.median(resp["close_s"] or [0.0]),
         "sessions": float(len(resp["start_s"])),
+        # the channel's own share of a draft call: a null request's round trip (median over
+        # sessions), beside a whole draft call (round trip and the draft's work), in ms
+        "channel_rtt_ms": 1e3 * statistics.median(resp.get("rtt_s") or [0.0]),
+        "draft_call_ms": 1e3 * st.draft_s / max(1, st.target_steps),
         "decode_phase_s": resp["decode_s"],
     })
     for i, rate in enumerate(st.acceptance_per_position()):
@@ -122,5 +126,7 @@ def summarize(resp: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
         "draft.json": json.dumps({"weights": rec["weights"], "format": "safetensors",
                                   "best_k": best}),
     }
+    if resp.get("engine"):  # the decode engine's measured steps and the padding it chose
+        artifacts["engine.json"] = json.dumps(resp["engine"])
     return {"metrics": metrics, "objectives": (metrics["speedup"],),
             "samples": {"speedup": tuple(speedups)}, "artifacts": artifacts}

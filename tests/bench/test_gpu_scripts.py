@@ -169,3 +169,19 @@ def test_the_transport_bench_runs_where_it_is_written(tmp_path: Path) -> None:
     assert steps <= set(data["seconds"])
     assert all(v > 0 for k, v in data["gb_per_s"].items())
     assert not list(ROOT.glob("transport-*"))
+
+
+def test_the_engine_bench_runs_where_it_is_written(tmp_path: Path) -> None:
+    """`bench/speculative_engine.py` on the CPU, tiny target: every step size timed plain
+    and as the calibrated engine runs it, and greedy decoding on the engine is eager's."""
+    out = tmp_path / "engine.json"
+    res = subprocess.run([sys.executable, "bench/speculative_engine.py", "--preset", "tiny",
+                          "--cache", str(tmp_path / "cache"), "--prompts", "2", "--n-new", "16",
+                          "--ks", "2,4", "--steps", "3", "--out", str(out)], cwd=ROOT,
+                         timeout=300, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert set(data["steps"]) == {"1", "3", "5"}
+    assert all(r["engine_ms"] > 0 and r["engine_padded_ms"] > 0 for r in data["steps"].values())
+    assert data["calibration"]["pad_to"] == {}  # nothing padded off a GPU
+    assert data["plain_decode"]["greedy_identical"] is True

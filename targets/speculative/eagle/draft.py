@@ -151,6 +151,7 @@ class EagleDraft(Draft):
             # every token is the argmax: all k steps on the device, then pick records them
             _, rows = self.chain(h[:, -1:], logits,
                                  torch.arange(n_feats, n_feats + k - 1, device=dev))
+            rows = rows.cpu()  # one copy to the host, not a read per token
             return [pick(rows[i]) for i in range(k)]
         out: list[int] = []
         for i in range(k):

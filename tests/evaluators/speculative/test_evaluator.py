@@ -66,6 +66,10 @@ def test_trained_draft_is_valid_with_metrics(name, sandbox, tiny):
     # one fresh process per timed decode: 2 prompts x (2 values of k + 1 repeat), plus the
     # sampled check's
     assert m["sessions"] == 7 and 0 < m["session_start_s"] < 5
+    # a draft call is a round trip and the draft's own work: at least the null round trip
+    assert 0 < m["channel_rtt_ms"] < 50 and m["draft_call_ms"] > m["channel_rtt_ms"]
+    engine = json.loads(res.artifacts["engine.json"])
+    assert engine["graphs"] is False and engine["pad_to"] == {}  # the CPU pads nothing
     weights = Path(json.loads(res.artifacts["draft.json"])["weights"])
     assert weights.is_file() and weights.suffix == ".safetensors"
 
