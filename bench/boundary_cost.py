@@ -7,6 +7,9 @@ argument size: the median and 90th percentile of the round trip, and the same fu
 called in-process, so the difference is the boundary's own cost.
 
     python bench/boundary_cost.py --out bench/results/boundary-cost.json
+
+``--spin-ms`` opens the session with a spin (``spin_s``): each side busy-waits that long
+for the next message before it blocks, which trades idle cores for latency.
 """
 
 from __future__ import annotations
@@ -68,6 +71,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path)
     ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--spin-ms", type=float, default=0.0,
+                    help="each side's busy wait before it blocks (the session's spin_s)")
     args = ap.parse_args()
     rows = []
     raw_before = raw_round_trip_us(args.calls)
@@ -83,7 +88,7 @@ def main() -> int:
             with sb.open_session("optimizer.sandbox.serve:functions",
                                  {"module": "prog.py", "functions": ["echo", "noop"]},
                                  workdir=root / "c", io_dir=root / "io",
-                                 shm_bytes=64 << 20) as s:
+                                 shm_bytes=64 << 20, spin_s=args.spin_ms / 1e3) as s:
                 assert s.ok, s.error
                 cases = [("no argument", None), ("float", 1.5),
                          ("1 KB array", np.ones(128)), ("64 KB array", np.ones(8192)),
@@ -119,9 +124,11 @@ def main() -> int:
             "bare_socketpair_us": {"before": raw_before, "after": raw_after},
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
                        f"{platform.python_version()}",
-            "isolation": isolation, "date": datetime.date.today().isoformat(),
-            "load_average": os.getloadavg(), "command": "python bench/boundary_cost.py "
-            "--out bench/results/boundary-cost.json", "rows": rows}, indent=1))
+            "isolation": isolation, "spin_ms": args.spin_ms,
+            "date": datetime.date.today().isoformat(),
+            "load_average": os.getloadavg(),
+            "command": " ".join(["python bench/boundary_cost.py", *sys.argv[1:]]),
+            "rows": rows}, indent=1))
     return 0
 
 

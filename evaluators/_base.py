@@ -89,6 +89,7 @@ class SandboxLike(Protocol):
         shm_bytes: int = 0,
         ready_timeout_s: float | None = None,
         writable: Sequence[Path] | None = None,
+        spin_s: float = 0.0,
     ) -> Any:  # optimizer.sandbox.Session
         ...
 
@@ -141,16 +142,20 @@ class EvalContext:
         timeout_s: float | None = None,
         shm_bytes: int = 0,
         writable: Sequence[Path] | None = None,
+        spin_s: float = 0.0,
     ) -> Any:
         """A sandboxed process in ``workdir`` that serves requests until closed
         (``optimizer.sandbox.Session``): the candidate's code runs there, and the caller
         (the trusted side) sends it inputs by value and times every request from outside.
         ``entry`` builds the child's handler, e.g. ``"optimizer.sandbox.serve:functions"``
         to call the candidate module's declared functions. A session that cannot start
-        says why in ``.error`` (``.timed_out`` when it was not ready in time)."""
+        says why in ``.error`` (``.timed_out`` when it was not ready in time). ``spin_s``:
+        how long each side busy-waits for the next message before it blocks (a round trip
+        without two sleeps and wake-ups, for a core each; 0: none)."""
         return self.sandbox.open_session(
             entry, payload, workdir=workdir, io_dir=io_dir or self.io_dir,
             timeout_s=timeout_s or self.timeout_s, shm_bytes=shm_bytes, writable=writable,
+            spin_s=spin_s,
         )
 
 

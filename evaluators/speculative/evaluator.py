@@ -85,13 +85,22 @@ DEFAULTS: dict[str, Any] = {
     "ks": [1, 2, 3, 4, 5, 6, 8], "train_s": 15.0, "max_steps": 100_000, "distill_seqs": 1024,
     "distill_prompt_len": 32, "distill_gen_len": 64, "repeats": 3, "sampling_n": 200,
     "sampling_k": 3, "temperature": 1.0, "alpha": 1e-3, "tie_tol": 1e-4, "threads": 1,
-    "timing_seed": 0, "draft_process": "auto",
+    "timing_seed": 0, "draft_process": "auto", "channel_spin": "auto",
 }
 # "prompt": a fresh draft process for every timed prompt; "pass": one per pass of distinct
 # prompts (a draft may learn from the earlier prompts of its pass, never see one twice);
 # "auto": "prompt" on CPU, "pass" on a GPU, where a process's CUDA context costs about a
 # second to create (the design's H200 figure: a warm child took 1.0 s).
 DRAFT_PROCESS = ("auto", "prompt", "pass")
+# "on": both sides of a draft's channel busy-wait up to SPIN_S for the next message before
+# they block (a round trip without two sleeps and wake-ups: 97 -> 15 us for a null request,
+# 108 -> 23 us with 1 KB, on 2 busy cores, bench/results/boundary-cost-spin{0,5}.json);
+# "auto": on where the machine has SPIN_MIN_CORES (a spinning draft process and the trusted
+# decoding each hold a core while they wait; on 2 shared cores they would take what other
+# work needs).
+CHANNEL_SPIN = ("auto", "on", "off")
+SPIN_S = 0.005  # covers a verification pass (2-3 ms on an H200), so the draft's process
+SPIN_MIN_CORES = 8  # is spinning when the next request comes
 SECRET_ENV = prompts.SECRET_ENV
 # A draft step takes milliseconds (0.01-0.3 of a 2 ms target step on 2 CPU cores); a
 # request that takes longer than this is a draft that hangs.
@@ -145,6 +154,10 @@ class SpeculativeEvaluator(Evaluator):
             raise ConfigError(f"must be one of {', '.join(DRAFT_PROCESS)}, not "
                               f"{self.s['draft_process']!r}", file=where,
                               key="evaluator.draft_process")
+        if self.s["channel_spin"] not in CHANNEL_SPIN:
+            raise ConfigError(f"must be one of {', '.join(CHANNEL_SPIN)}, not "
+                              f"{self.s['channel_spin']!r}", file=where,
+                              key="evaluator.channel_spin")
         if self.s["preset"] not in PRESETS:
             raise ConfigError(f"unknown preset {self.s['preset']!r}; known: {sorted(PRESETS)}",
                               file=where, key="evaluator.preset")
@@ -322,10 +335,16 @@ class SpeculativeEvaluator(Evaluator):
             scratch = fresh_dir(ctx.io_dir / "sessions", str(next(counter)))
             return _LimitedSession(ctx.session(DRAFT_ENTRY, payload, workdir=workdir,
                                                io_dir=ctx.io_dir, timeout_s=left,
-                                               writable=[scratch]), scratch)
+                                               writable=[scratch], spin_s=self._spin_s()),
+                                   scratch)
 
         return DraftSessions(open_session, vocab=cfg.vocab, n_layers=cfg.n_layers,
                              deadline=deadline)
+
+    def _spin_s(self) -> float:
+        mode = self.s["channel_spin"]
+        on = mode == "on" or (mode == "auto" and (os.cpu_count() or 1) >= SPIN_MIN_CORES)
+        return SPIN_S if on else 0.0
 
     # -- checks ------------------------------------------------------------------------
     def _check_greedy(self, model: Any, passes: list[Pass], who: str) -> str:

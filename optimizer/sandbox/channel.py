@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import json
 import math
+import select
 import socket
 import struct
+import time
 from typing import Any
 
 FRAME = struct.Struct("<IQ")
@@ -244,6 +246,19 @@ def transmit(sock: socket.socket, parts: list[memoryview]) -> None:
 def send(sock: socket.socket, message: dict[str, Any], shm: Any = None) -> None:
     """Send ``message`` as one frame."""
     transmit(sock, pack(message, shm))
+
+
+def spin(poller: select.poll, seconds: float) -> bool:
+    """Whether ``poller`` reports input (or EOF) within ``seconds``, asked without blocking
+    all the while: a busy wait, which spares the sleep and wake-up (a context switch) that a
+    blocking wait costs, at the price of a core while it lasts. The clock is read after each
+    poll, so the wait overruns ``seconds`` by one poll at most."""
+    check, clock = poller.poll, time.perf_counter
+    end = clock() + seconds
+    while not check(0):
+        if clock() >= end:
+            return False
+    return True
 
 
 def _recv_into(sock: socket.socket, view: memoryview) -> None:

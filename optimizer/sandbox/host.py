@@ -268,11 +268,16 @@ class Sandbox:
         shm_bytes: int = 0,
         ready_timeout_s: float | None = None,
         writable: Sequence[Path] | None = None,
+        spin_s: float = 0.0,
     ) -> Session:
         """A sandboxed child that serves requests until closed (see
         :mod:`optimizer.sandbox.serve`): ``entry(payload, io_dir)`` builds its handler.
         ``timeout_s`` bounds the whole session; ``shm_bytes`` sizes the shared region for
-        large inputs (0: none); ``writable`` as for :meth:`call`."""
+        large inputs (0: none); ``writable`` as for :meth:`call`; ``spin_s`` how long each
+        side busy-waits for the next message before it blocks (0: none; see
+        :mod:`optimizer.sandbox.session`)."""
+        if not 0.0 <= spin_s < float("inf"):
+            raise ValueError(f"spin_s must be a finite number of seconds >= 0, not {spin_s}")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             launch = self._launch(entry, payload, workdir, io_dir, timeout_s, theirs, writable)
@@ -280,7 +285,7 @@ class Sandbox:
             theirs.close()
         timeout = float(timeout_s or self.settings.timeout_s)
         return Session(ours, launch, shm_bytes=shm_bytes,
-                       ready_timeout_s=ready_timeout_s or timeout)
+                       ready_timeout_s=ready_timeout_s or timeout, spin_s=spin_s)
 
     def _launch(
         self,

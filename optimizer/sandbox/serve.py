@@ -5,12 +5,16 @@ over a channel (:mod:`optimizer.sandbox.channel`). The order of events, all of i
 any candidate code runs except where it says so:
 
 1. the child sends ``{"hello": pid}`` (its pid, for the trusted side's CPU accounting);
-2. it receives the shared-memory region, if the session has one;
+2. it receives the session's setup: the shared-memory region, if the session has one, and
+   the spin (``spin_s``, see 4);
 3. it builds the handler: ``entry(payload, io_dir)`` imports the candidate (candidate code
    runs from here on) and returns a :class:`Handler`; it answers ``{"ready": true}`` or
    ``{"error": ...}``;
 4. for every request it answers ``{"ok": value}`` or ``{"error": ..., "where": ...}``;
-   the trusted side times each request from its own side of the channel;
+   the trusted side times each request from its own side of the channel. With a spin,
+   each side polls without blocking for up to ``spin_s`` for the next message (the child
+   after each answer, the trusted side after each request) before it blocks: a message
+   that comes within the spin is taken without a sleep and wake-up;
 5. EOF on the channel ends the session.
 
 Nothing the child says is believed without checking: the trusted side holds the inputs,
@@ -35,7 +39,8 @@ from typing import Any, Protocol
 
 from optimizer.sandbox import channel
 
-SHM_SETUP = struct.Struct("<Q")  # the region's size; the memfd rides on it (SCM_RIGHTS)
+# The session's setup: the region's size (the memfd rides on it, SCM_RIGHTS) and spin_s.
+SHM_SETUP = struct.Struct("<Qd")
 
 
 class Handler(Protocol):
@@ -57,7 +62,7 @@ def serve(entry: str, payload: dict[str, Any], io_dir: Path, channel_fd: int) ->
     size_msg, fds, _, _ = socket.recv_fds(sock, SHM_SETUP.size, 1)
     if len(size_msg) != SHM_SETUP.size:
         return {"error": "session setup message truncated"}
-    (size,) = SHM_SETUP.unpack(size_msg)
+    size, spin_s = SHM_SETUP.unpack(size_msg)
     if size and fds:  # inputs arrive in the first half; results leave through the second
         shm_in = channel.SharedRegion(fds[0], size, half=0)
         shm_out = channel.SharedRegion(fds[0], size, half=1, owns=False)
@@ -73,10 +78,13 @@ def serve(entry: str, payload: dict[str, Any], io_dir: Path, channel_fd: int) ->
     # Wait for each request in poll, not in recv: a thread asleep in recv on a Unix socket
     # is also woken when the harness reads the answer it sent (the socket's send space comes
     # back), a spurious wake-up and context switch per request; poll wakes for input only.
+    # With a spin, poll without blocking first, for up to spin_s after each answer: a
+    # request that comes within it is taken without the sleep and wake-up.
     waiting = select.poll()
     waiting.register(sock, select.POLLIN)
     while True:
-        waiting.poll()
+        if not (spin_s > 0 and channel.spin(waiting, spin_s)):
+            waiting.poll()
         try:
             request = channel.recv(sock, shm_in)
         except channel.ChannelClosed:

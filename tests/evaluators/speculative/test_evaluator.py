@@ -13,6 +13,7 @@ import pytest
 import evaluators.speculative.evaluator as spec_eval
 from evaluators import get
 from evaluators._base import EvalContext
+from optimizer.errors import ConfigError
 from optimizer.records import CandidateState
 from optimizer.sandbox import Sandbox, SandboxSettings
 from optimizer.targets import load_target
@@ -404,6 +405,23 @@ def test_one_process_per_pass_is_valid_and_a_busy_draft_is_rejected(mode, sandbo
         assert "while it was idle" in busy.reason
     else:
         assert busy.state is CandidateState.VALID, busy.reason
+
+
+def test_a_spinning_channel_keeps_an_honest_pass_valid(sandbox, tiny):
+    """Both sides busy-wait 5 ms for each message: the draft's process spins after its last
+    answer, yet stays under the idle check while target-only decoding is timed beside it."""
+    _, res = _evaluate_text(_ngram_with(""), sandbox, tiny,
+                            settings={"draft_process": "pass", "channel_spin": "on",
+                                      "n_new": 200, "sampling_n": 0})
+    assert res.state is CandidateState.VALID, res.reason
+    assert 0 < res.metrics["channel_rtt_ms"] < 50
+
+
+def test_an_unknown_channel_spin_is_a_config_error():
+    spec = load_target(ROOT / "targets/speculative/ngram", ROOT,
+                       {"evaluator": {"channel_spin": "fast"}})
+    with pytest.raises(ConfigError, match="auto, on, off"):
+        get("speculative")(spec)
 
 
 LEAVE_MEMOS = '''

@@ -164,6 +164,68 @@ def test_an_import_failure_is_a_reason(sandbox, tmp_path: Path) -> None:
     s.close()
 
 
+def test_a_spinning_session_answers_as_a_blocking_one(sandbox) -> None:
+    sb, workdir, io = sandbox
+    with _open(sb, workdir, io, shm_bytes=1 << 22, spin_s=0.005) as s:
+        assert s.ok and s.spin_s == 0.005, s.error
+        for i in range(50):  # many round trips, each side spinning for the other
+            r = s.request({"op": "call", "fn": "echo", "args": [i, "x"], "kwargs": {"k": i}},
+                          timeout_s=10)
+            assert r.ok and r.value == {"args": [i, "x"], "kwargs": {"k": i}}, r.reason
+        big = np.random.default_rng(0).standard_normal((300, 300))  # through shared memory
+        for arr in (np.arange(12.0), big):
+            r = s.request({"op": "call", "fn": "double", "args": [arr]}, timeout_s=10)
+            assert r.ok and np.array_equal(r.value, arr * 2), r.reason
+        r = s.request({"op": "call", "fn": "boom"}, timeout_s=10)
+        assert not r.ok and "ValueError: nope" in r.error
+    assert s.result is not None and s.result.response == {"served": 53}
+    with pytest.raises(ValueError):
+        _open(sb, workdir, io, spin_s=-1.0)
+
+
+def test_a_spinning_request_still_times_out(sandbox) -> None:
+    sb, workdir, io = sandbox
+    with _open(sb, workdir, io, spin_s=0.005) as s:
+        start = time.perf_counter()
+        r = s.request({"op": "call", "fn": "sleep", "args": [30]}, timeout_s=0.5)
+        assert r.timed_out and not r.died and time.perf_counter() - start < 10
+    with _open(sb, workdir, io, spin_s=5.0) as s:  # a spin longer than the request's limit
+        assert s.ok, s.error
+        r = s.request({"op": "call", "fn": "sleep", "args": [30]}, timeout_s=0.3)
+        assert r.timed_out and 0.25 < r.wall_s < 2.0, r.wall_s
+
+
+def test_a_child_that_dies_while_the_harness_spins_is_a_death(sandbox) -> None:
+    sb, workdir, io = sandbox
+    for spin_s in (0.005, 5.0):  # EOF ends the spin too: no waiting out a long one
+        with _open(sb, workdir, io, spin_s=spin_s) as s:
+            r = s.request({"op": "call", "fn": "die"}, timeout_s=10)
+            assert r.died and not r.timed_out and "exit code 3" in r.reason, r.reason
+            assert r.wall_s < 2.0, r.wall_s
+
+
+def test_spinning_is_bounded_on_both_sides(sandbox) -> None:
+    """Each side spins for at most spin_s and then sleeps: an idle child costs no CPU past
+    its spin, and the harness waiting on a slow answer spins only at the start."""
+    sb, workdir, io = sandbox
+    with _open(sb, workdir, io, spin_s=0.005) as s:
+        assert s.request({"op": "call", "fn": "double", "args": [1]}, timeout_s=10).ok
+        cpu0 = s.cpu_s()
+        time.sleep(0.3)
+        cpu1 = s.cpu_s()
+        assert cpu0 is not None and cpu1 is not None and cpu1 - cpu0 < 0.1
+    with _open(sb, workdir, io, spin_s=0.2) as s:  # a spin long enough to see in the clocks
+        assert s.request({"op": "call", "fn": "double", "args": [1]}, timeout_s=10).ok
+        cpu0 = s.cpu_s()
+        time.sleep(0.5)
+        cpu1 = s.cpu_s()
+        assert cpu0 is not None and cpu1 is not None and cpu1 - cpu0 > 0.05  # it spun
+        ours = time.process_time()
+        r = s.request({"op": "call", "fn": "sleep", "args": [0.6]}, timeout_s=10)
+        ours = time.process_time() - ours
+        assert r.ok and 0.05 < ours < 0.45, ours  # spun at the start, then slept
+
+
 def test_the_codec_refuses_what_has_behaviour() -> None:
     class Sneaky:
         pass
