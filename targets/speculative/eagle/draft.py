@@ -13,6 +13,14 @@ loaded (untimed, before its timed prompt) and replayed while drafting: an eager 
 step costs about a quarter of a graph-replayed target step there. On the CPU the same
 steps run eagerly. When decoding is greedy (``pick.greedy``), the ``k`` steps of a call
 are chained on the device (each token the argmax of the step before), one graph per k.
+
+With ``SUFFIX``, a long match decides first: the sequence itself and the target's earlier
+outputs (the distillation set, kept as a buffer) are searched for the sequence's tail
+(:class:`~evaluators.speculative.suffix.SuffixStore`, as the suffix seed does), and when
+the longest match is at least ``SUFFIX_TRUST`` tokens and its continuation wins
+``SUFFIX_SHARE`` of the votes, that continuation is the draft: repeated code drafts long
+for a few list comparisons, and the network drafts the rest (the hybrid of SuffixDecoding
+and Arctic Inference). The network's cache catches up on the next call it drafts.
 """
 
 import torch
@@ -22,6 +30,7 @@ from torch import nn
 from evaluators.speculative.api import Draft, TargetView
 from evaluators.speculative.graphs import StepGraphs
 from evaluators.speculative.model import Block
+from evaluators.speculative.suffix import SuffixStore, longest
 
 # EVOLVE-BLOCK-START
 FUSED_LAYERS = 1  # knob: int 1..3
@@ -36,9 +45,14 @@ FEAT_NOISE = 0.1  # knob: float 0.0..0.5
 LR = 3e-3  # knob: float 1e-3..2e-2 log
 BATCH = 16  # knob: choices=[16, 32, 64]
 GRAPHS = 1  # knob: choices=[0, 1]
+SUFFIX = 1  # knob: choices=[0, 1]
+SUFFIX_TRUST = 2  # knob: int 2..12
+SUFFIX_SHARE = 0.5  # knob: float 0.1..0.9
 # Real positions one draft call can add (k accepted + the target's token): prefix steps up to
-# this many tokens are captured; a longer one (the prompt's, once per sequence) runs eagerly.
+# this many tokens are captured; a longer one (the prompt's, or what suffix drafts left) is
+# taken in steps of this many on a GPU.
 MAX_PREFIX = 17
+MAX_MATCH = 12
 
 
 def _layers(n_layers: int) -> tuple[int, ...]:
@@ -73,7 +87,12 @@ class EagleDraft(Draft):
         self.first = StepGraphs(self._first_step)
         self.next = StepGraphs(self._next_step)
         self.chain = StepGraphs(self._chain)
-        self.register_load_state_dict_post_hook(lambda module, keys: module._capture())
+        # the target's earlier outputs (the distillation set, -1 between sequences): saved
+        # with the weights, indexed again for every timed prompt's process (untimed)
+        self.register_buffer("corpus", torch.zeros(0, dtype=torch.int64))
+        self.shared = self._store()
+        self.local = self._store()
+        self.register_load_state_dict_post_hook(lambda module, keys: module._loaded())
 
     def _fuse(self, feats):
         if FEAT_NORM:
@@ -115,6 +134,26 @@ class EagleDraft(Draft):
             rows.append(logits)
         return torch.cat(toks), torch.cat(rows)
 
+    def _store(self):
+        return SuffixStore(self.vocab, 2, MAX_MATCH)
+
+    def _loaded(self):
+        self.shared = self._store()
+        if SUFFIX:
+            self.shared.extend(self.corpus.tolist())
+        self._capture()
+
+    def fit(self, data):
+        if not SUFFIX:
+            return
+        flat = []
+        for row in data["tokens"].tolist():
+            flat.extend(row)
+            flat.append(-1)
+        self.corpus = torch.tensor(flat, dtype=torch.int64)
+        self.shared = self._store()
+        self.shared.extend(flat)
+
     def _capture(self):
         """CUDA graphs of every step shape a draft call makes (nothing on the CPU). The
         capture runs write the cache, which every sequence rewrites before reading."""
@@ -138,15 +177,46 @@ class EagleDraft(Draft):
     def reset(self, tokens, feats):
         super().reset(tokens, feats)
         self.n_real = 0
+        self.local = self._store()
+        self.local.extend(self.tokens)
+
+    def accept(self, tokens, feats):
+        super().accept(tokens, feats)
+        self.local.extend(tokens)
+
+    def _suffix(self, k):
+        """The continuation of a long match (tokens), or [] to let the network draft."""
+        n, store, where = longest((self.local, self.shared), self.tokens[-MAX_MATCH - 1 :])
+        if store is None or n < SUFFIX_TRUST:
+            return []
+        return store.follow(where, k, SUFFIX_SHARE)
+
+    def _catch_up(self, end):
+        """The real positions from n_real to ``end``: one first step (the hidden states and
+        the last one's logits)."""
+        dev = self.inp.weight.device
+        toks = torch.tensor([self.tokens[self.n_real + 1 : end + 1]], device=dev)
+        out = self.first(self.feats[self.n_real : end][None], toks,
+                         torch.arange(self.n_real, end, device=dev))
+        self.n_real = end
+        return out
 
     def propose(self, k, pick):
+        if SUFFIX:
+            toks = self._suffix(k)
+            if toks:
+                out = []
+                for tok in toks:
+                    logits = torch.full((self.vocab,), float("-inf"))
+                    logits[tok] = 0.0
+                    out.append(pick(logits))
+                return out
         # positions past n_real held predicted features: the real ones now overwrite them
         n_feats = self.feats.shape[0]
         dev = self.inp.weight.device
-        toks = torch.tensor([self.tokens[self.n_real + 1 : n_feats + 1]], device=dev)
-        h, logits = self.first(self.feats[self.n_real:][None], toks,
-                               torch.arange(self.n_real, n_feats, device=dev))
-        self.n_real = n_feats
+        while len(self.first) and n_feats - self.n_real > MAX_PREFIX:  # captured steps only
+            self._catch_up(self.n_real + MAX_PREFIX)
+        h, logits = self._catch_up(n_feats)
         if getattr(pick, "greedy", False) and k > 1:
             # every token is the argmax: all k steps on the device, then pick records them
             _, rows = self.chain(h[:, -1:], logits,
