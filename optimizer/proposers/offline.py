@@ -227,20 +227,53 @@ class _Finder:
 _SHAPE_METHODS = {"view", "reshape", "size", "stride", "permute", "transpose", "flatten",
                   "unsqueeze", "squeeze", "expand", "movedim", "unflatten", "split", "chunk"}
 _DIM_KEYWORDS = {"dim", "dims", "axis", "axes"}
+# functions and methods (called as attributes: torch.cat, x.softmax; the builtin max(16, n) is
+# a value) whose numeric positional arguments are dimensions (torch.cat(xs, -1),
+# x.softmax(-1), x.argmax(-1)): a broken EAGLE candidate of a CPU run of the speculative
+# experiment had torch.cat(..., -1) turned into torch.cat(..., -0) (2026-12-04)
+_DIM_CALLS = {"cat", "concat", "concatenate", "stack", "hstack", "vstack", "softmax",
+              "log_softmax", "argmax", "argmin", "cumsum", "cumprod", "logsumexp", "sum",
+              "mean", "amax", "amin", "max", "min", "prod", "std", "var", "norm", "flip",
+              "roll", "gather", "scatter", "index_select", "index_copy", "index_copy_",
+              "index_add", "index_add_", "narrow", "select", "diff", "sort", "argsort",
+              "topk", "unbind", "tril", "triu", "diagonal", "repeat_interleave"}
+
+
+def _call_name(node: ast.Call) -> str:
+    func = node.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def _number(node: ast.expr) -> bool:
+    """A numeric literal, negative ones included (``-1`` is a UnaryOp in the tree)."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        node = node.operand
+    return (isinstance(node, ast.Constant) and isinstance(node.value, int)
+            and not isinstance(node.value, bool))
 
 
 def _shape_plumbing(tree: ast.AST) -> set[ast.AST]:
-    """Nodes that index or reshape (``x.shape[1]``, ``x.view(-1, n)``, ``dim=-1``): a blind
-    edit there breaks the program's contract, never speeds it up (in an H200 kernel night
-    such edits were most of the crashes: a shape of -2 rows, a dimension 2 of a matrix)."""
+    """Nodes that index, reshape or name a dimension (``x.shape[1]``, ``x.view(-1, n)``,
+    ``dim=-1``, ``torch.cat(xs, -1)``) or a dict literal's keys: a blind edit there breaks
+    the program's contract, never speeds it up (in an H200 kernel night such edits were
+    most of the crashes: a shape of -2 rows, a dimension 2 of a matrix)."""
     out: set[ast.AST] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Subscript):
             out.update(ast.walk(node.slice))
+        elif isinstance(node, ast.Dict):  # keys are looked up, not tuned
+            for key in node.keys:
+                if key is not None:
+                    out.update(ast.walk(key))
         elif isinstance(node, ast.Call):
-            if isinstance(node.func, ast.Attribute) and node.func.attr in _SHAPE_METHODS:
+            name = _call_name(node)
+            if isinstance(node.func, ast.Attribute) and name in _SHAPE_METHODS:
                 for arg in (*node.args, *(k.value for k in node.keywords)):
                     out.update(ast.walk(arg))
+            if isinstance(node.func, ast.Attribute) and name in _DIM_CALLS:  # not max(16, n)
+                for arg in node.args:
+                    if _number(arg):
+                        out.update(ast.walk(arg))
             for kw in node.keywords:
                 if kw.arg in _DIM_KEYWORDS:
                     out.update(ast.walk(kw.value))

@@ -376,16 +376,21 @@ SCALE = 3  # not a knob: a literal the mutation may change
 def launch(x):
     rows = x.shape[1]
     y = x.reshape(-1, 4096).sum(dim=1)
-    return y[:rows] * SCALE + x.size(0)
+    z = torch.cat([y, y], -1).softmax(-1)
+    spread = {1: (-1,), 2: (0, -1)}
+    return y[:rows] * SCALE + x.size(0) + z.argmax(0) + len(spread[1])
 # EVOLVE-BLOCK-END
 '''
 
 
 def test_indices_shapes_and_dimensions_are_never_mutated():
-    """x.shape[1], reshape(-1, 4096), dim=1 and size(0) say which axis or what shape: an
-    edit there crashes or computes garbage, so only SCALE and the operators change."""
+    """x.shape[1], reshape(-1, 4096), dim=1, size(0), cat(.., -1), argmax(0) and a dict's
+    keys say which axis, what shape or which entry: an edit there crashes or computes
+    garbage, so only SCALE, the dict's values and the operators change."""
     prop = OfflineProposer(seed=5, knob_search_share=0.0)
-    plumbing = ("x.shape[1]", "x.reshape(-1, 4096)", ".sum(dim=1)", "y[:rows]", "x.size(0)")
+    plumbing = ("x.shape[1]", "x.reshape(-1, 4096)", ".sum(dim=1)", "y[:rows]", "x.size(0)",
+                "torch.cat([y, y], -1).softmax(-1)", "z.argmax(0)", "{1: (", ", 2: (",
+                "spread[1]")
     changed = 0
     for iteration in range(40):
         out = prop.propose(context(entry({"kernel.py": PLUMBING}), iteration=iteration))
