@@ -11,7 +11,9 @@ the context's ``rng_seed`` and its ``iteration`` (so a run replays exactly):
   New text is spliced at the node's exact source position, so every other byte stays as
   it was, and the parent's knob values are pinned so the mutation is measured alone.
   Code inside a GPU kernel (a function decorated ``jit``, ``autotune`` or ``heuristics``)
-  is never mutated: a kernel changes through its knobs and its target's starts.
+  is never mutated: a kernel changes through its knobs and its target's starts. Nor are
+  indices, shapes and dimensions (``x.shape[1]``, ``x.view(-1, n)``, ``dim=1``,
+  ``torch.cat(xs, -1)``) or a dict literal's keys: an edit there breaks, never speeds up.
 
 When one move has nothing to work on, the other is tried; when neither has, and when a
 file cannot be parsed, the proposal comes back ``rejected`` with the reason.
