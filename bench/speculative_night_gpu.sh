@@ -5,7 +5,9 @@
 #   bash bench/speculative_night_gpu.sh OUTDIR night [MINUTES]
 #
 # prepare: trains and caches the h200 preset's target under .optimizer/cache (about five
-# minutes; nothing if cached) and times the decode engine on it (OUTDIR/engine.json).
+# minutes; nothing if cached), times the decode engine on it (OUTDIR/engine.json: every step
+# size, plain and padded as the engine's calibration chose) and the sandbox channel's round
+# trip with and without a spin (OUTDIR/boundary-spin0.json, boundary-spin5.json).
 # night: runs experiments/speculative-h200.toml (building the target first if prepare did
 # not), then OUTDIR gets night.log, status.txt, reports/ (the night's report), summary.json (bench/
 # night_summary.py) and branches.txt (the pull branches with their messages).
@@ -24,6 +26,10 @@ source bench/gpu_env.sh
 $py -m evaluators.speculative.prepare --preset "$preset" | tee "$out/target.json"
 if [ "$phase" = prepare ]; then
     $py bench/speculative_engine.py --preset "$preset" --out "$out/engine.json" ${ENGINE_ARGS:-}
+    for spin in 0 5; do
+        $py bench/boundary_cost.py --calls "${BOUNDARY_CALLS:-1000}" --spin-ms "$spin" \
+            --out "$out/boundary-spin$spin.json"
+    done
     exit 0
 fi
 set +e

@@ -185,3 +185,30 @@ def test_the_engine_bench_runs_where_it_is_written(tmp_path: Path) -> None:
     assert all(r["engine_ms"] > 0 and r["engine_padded_ms"] > 0 for r in data["steps"].values())
     assert data["calibration"]["pad_to"] == {}  # nothing padded off a GPU
     assert data["plain_decode"]["greedy_identical"] is True
+
+
+@pytest.mark.slow
+def test_speculative_night_script_prepares_where_it_is_written(tmp_path: Path) -> None:
+    """`bench/speculative_night_gpu.sh OUT prepare` on the CPU with the tiny preset: the
+    target cached, the engine's table (plain and padded) and the channel's round trip with
+    and without a spin, each in its file."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True,
+                           capture_output=True).stdout.decode().split("\0")
+    work = tmp_path / "work"
+    for rel in filter(None, files):
+        if (ROOT / rel).is_file():
+            (work / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, work / rel)
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": sys.executable, "PRESET": "tiny", "BOUNDARY_CALLS": "60",
+           "ENGINE_ARGS": "--prompts 2 --n-new 16 --ks 2,4 --steps 3"}
+    res = subprocess.run(["bash", "bench/speculative_night_gpu.sh", str(out), "prepare"],
+                         cwd=work, env=env, timeout=600, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    target = json.loads((out / "target.json").read_text())
+    assert target["params"] > 0 and target["final_loss"] > 0
+    engine = json.loads((out / "engine.json").read_text())
+    assert set(engine["steps"]) == {"1", "3", "5"} and "pad_to" in engine["calibration"]
+    for spin in (0, 5):
+        rows = json.loads((out / f"boundary-spin{spin}.json").read_text())
+        assert rows["spin_ms"] == spin and rows["rows"][0]["median_us"] > 0
