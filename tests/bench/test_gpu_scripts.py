@@ -16,6 +16,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _checkout_copy(tmp_path: Path) -> Path:
+    """A copy of the checkout's tracked files without .git (a GPU machine gets the working
+    tree: the night scripts must make their own repository)."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True,
+                           capture_output=True).stdout.decode().split("\0")
+    work = tmp_path / "work"
+    for rel in filter(None, files):
+        if (ROOT / rel).is_file():
+            (work / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, work / rel)
+    return work
+
+
 @pytest.mark.slow
 def test_speculative_bench_smoke_runs_every_draft_losslessly(tmp_path: Path) -> None:
     out = tmp_path / "smoke.json"
@@ -34,14 +47,7 @@ def test_speculative_bench_smoke_runs_every_draft_losslessly(tmp_path: Path) -> 
 
 @pytest.mark.slow
 def test_kernel_night_script_exports_what_the_night_kept(tmp_path: Path) -> None:
-    # a copy of the checkout without .git: the script must make its own repository
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True,
-                           capture_output=True).stdout.decode().split("\0")
-    work = tmp_path / "work"
-    for rel in filter(None, files):
-        if (ROOT / rel).is_file():
-            (work / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / rel, work / rel)
+    work = _checkout_copy(tmp_path)
     out = tmp_path / "out"
     env = {**os.environ, "PYTHON": sys.executable}
     # every seed ends PRUNED here, so the night ends when the five seeds are evaluated; the
@@ -192,13 +198,7 @@ def test_speculative_night_script_prepares_where_it_is_written(tmp_path: Path) -
     """`bench/speculative_night_gpu.sh OUT prepare` on the CPU with the tiny preset: the
     target cached, the engine's table (plain and padded) and the channel's round trip with
     and without a spin, each in its file."""
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True,
-                           capture_output=True).stdout.decode().split("\0")
-    work = tmp_path / "work"
-    for rel in filter(None, files):
-        if (ROOT / rel).is_file():
-            (work / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / rel, work / rel)
+    work = _checkout_copy(tmp_path)
     out = tmp_path / "out"
     env = {**os.environ, "PYTHON": sys.executable, "PRESET": "tiny", "BOUNDARY_CALLS": "60",
            "ENGINE_ARGS": "--prompts 2 --n-new 16 --ks 2,4 --steps 3"}

@@ -144,34 +144,20 @@ def test_no_padding_past_the_end_of_the_cache(tiny):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
-@pytest.mark.parametrize("k", [2, 5])
-def test_graph_replays_decode_what_eager_steps_decode(tiny, k):
+@pytest.mark.parametrize("k, padded", [(2, False), (5, False), (4, True)])
+def test_graph_replays_decode_what_eager_steps_decode(tiny, k, padded):
     model = copy.deepcopy(tiny.model).cuda().eval()
     prompt = tiny.heldout_tokens[100:120].cuda()
     eager = StaticDecoder(model, 128)
     eager.uses_graphs = False
     ref = plain_decode(eager, prompt, 60)
     engine = StaticDecoder(model, 128)
-    engine.capture([1, len(prompt), *range(2, k + 2)])
+    engine.capture([1, len(prompt), *range(2, 10 if padded else k + 2)])
     assert (k + 1, True) in engine.captured
+    if padded:  # calibrated, then every verification forced up to the 9-token graph
+        engine.calibrate(range(1, 10), reps=5)
+        assert len(engine.step_ms) == 18 and all(ms > 0 for ms in engine.step_ms.values())
+        engine.pad_to = {(t, w): 9 for t in range(2, 9) for w in (False, True)}
     assert plain_decode(engine, prompt, 60) == ref
     out, stats = speculative_decode(engine, _draft(model, ref), prompt, 60, k)
-    assert out == ref and 0 < stats.acceptance_rate < 1
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
-def test_calibrated_engine_decodes_what_eager_steps_decode(tiny):
-    model = copy.deepcopy(tiny.model).cuda().eval()
-    prompt = tiny.heldout_tokens[100:120].cuda()
-    eager = StaticDecoder(model, 128)
-    eager.uses_graphs = False
-    ref = plain_decode(eager, prompt, 60)
-    engine = StaticDecoder(model, 128)
-    engine.capture([1, len(prompt), *range(2, 10)])
-    engine.calibrate(range(1, 10), reps=5)
-    assert len(engine.step_ms) == 18 and all(ms > 0 for ms in engine.step_ms.values())
-    engine.pad_to = {(t, w): 9 for t in range(2, 9) for w in (False, True)}  # force pads
-    assert plain_decode(engine, prompt, 60) == ref
-    out, stats = speculative_decode(engine, _draft(model, ref), prompt, 60, 4)
     assert out == ref and 0 < stats.acceptance_rate < 1
