@@ -12,7 +12,9 @@ git remote. Optuna's storage is the only shared state; there is no scheduler or 
 - Each trial a worker holds has an Optuna heartbeat (``RDBStorage(heartbeat_interval,
   grace_period)``), beaten from a thread of its own. A trial whose heartbeat is older than
   the grace period is stale (the storage's ``_get_stale_trial_ids``, the query that
-  ``optuna.storages.fail_stale_trials`` runs); the one worker that claims ``lost:<trial>``
+  ``optuna.storages.fail_stale_trials`` runs), and so is a RUNNING trial seen without any
+  heartbeat for longer than the grace period (its worker died between creating and beating
+  it); the one worker that claims ``lost:<trial>``
   records it FAILED ("worker lost") in all three stores, the branch on the remote and a
   run of its own included, then turns it FAILED in Optuna, and evaluates the program
   again as a new candidate ("re-run of cNNNN"). The record is written while the trial is
@@ -137,6 +139,7 @@ class SharedStorage(optuna.storages.RDBStorage):
         super().__init__(url, heartbeat_interval=heartbeat_s, grace_period=grace_s)
         self.held: dict[int, str] = {}  # trial id -> what it is, for the worker's record
         self._held_lock = threading.Lock()
+        self._unbeaten: dict[int, float] = {}  # RUNNING trial without a heartbeat -> seen at
 
     def _create_new_trial(self, study_id: int, template_trial: Any = None) -> Any:
         frozen = super()._create_new_trial(study_id, template_trial)
@@ -144,6 +147,39 @@ class SharedStorage(optuna.storages.RDBStorage):
         with self._held_lock:
             self.held[frozen._trial_id] = f"trial {frozen.number}"
         return frozen
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        """Optuna's stale trials (a heartbeat older than the grace period) and the RUNNING
+        trials that never had a heartbeat: a worker killed between creating a trial and
+        beating it leaves it RUNNING for good (Optuna passes over trials without one), and
+        every other worker would wait for it, its target's winner until the night's end. A
+        live worker beats a trial as it creates it, so one that this storage has seen
+        without a heartbeat for longer than the grace period is lost (timed on this
+        machine's clock: no two machines' clocks are compared)."""
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        stale = super()._get_stale_trial_ids(study_id)
+        grace = float(self.grace_period or 2 * (self.heartbeat_interval or 1))
+        with _create_scoped_session(self.scoped_session, True) as session:
+            rows = (session.query(models.TrialModel.trial_id)
+                    .outerjoin(models.TrialHeartbeatModel,
+                               models.TrialHeartbeatModel.trial_id == models.TrialModel.trial_id)
+                    .filter(models.TrialModel.study_id == study_id,
+                            models.TrialModel.state == TrialState.RUNNING,
+                            models.TrialHeartbeatModel.trial_heartbeat_id.is_(None))
+                    .all())
+        unbeaten = {int(row[0]) for row in rows}
+        now = time.monotonic()
+        with self._held_lock:
+            mine = set(self.held)
+            for trial_id in set(self._unbeaten) - unbeaten:  # beaten or finished since
+                del self._unbeaten[trial_id]
+            for trial_id in unbeaten - mine:
+                seen = self._unbeaten.setdefault(trial_id, now)
+                if now - seen > grace and trial_id not in stale:
+                    stale.append(trial_id)
+        return stale
 
     def set_trial_state_values(self, trial_id: int, state: TrialState,
                                values: Any = None) -> bool:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from optuna.trial import TrialState
 
 from optimizer.claims import Claims
 from optimizer.cli import main
@@ -173,3 +174,26 @@ def test_workers_starting_at_once_on_a_new_database_all_open_it(tmp_path: Path) 
     for p in procs:
         p.join(timeout=30)
     assert got == ["ok"] * 6, got
+
+
+def test_a_trial_that_never_had_a_heartbeat_is_stale_after_the_grace(tmp_path: Path) -> None:
+    """A worker killed between creating a trial and its first heartbeat leaves it RUNNING
+    without one; Optuna never calls such a trial stale, so the other workers would wait for
+    it (a target's winner until the night's end). The shared storage does, once it has seen
+    it unbeaten for longer than the grace period."""
+    from optimizer.worker import SharedStorage
+
+    url = f"sqlite:///{tmp_path}/night.db"
+    ours = SharedStorage(url, heartbeat_s=1, grace_s=1)
+    study_id = optuna.create_study(storage=ours, study_name="exp/toy")._study_id
+    orphan = optuna.storages.RDBStorage(url).create_new_trial(study_id)  # never beaten
+    other = SharedStorage(url, heartbeat_s=1, grace_s=1)
+    alive = other.create_new_trial(study_id)  # another worker's, beaten at creation
+    assert ours._get_stale_trial_ids(study_id) == []  # the orphan is only seen, not yet lost
+    time.sleep(1.3)
+    other.record_heartbeat(alive)  # its worker beats on
+    assert ours._get_stale_trial_ids(study_id) == [orphan]
+    assert optuna.storages.RDBStorage(url, heartbeat_interval=1, grace_period=1) \
+        ._get_stale_trial_ids(study_id) == []  # what Optuna alone finds
+    ours.set_trial_state_values(orphan, TrialState.FAIL)
+    assert ours._get_stale_trial_ids(study_id) == [] and ours._unbeaten == {}
