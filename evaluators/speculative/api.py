@@ -106,6 +106,14 @@ class Draft(nn.Module):
         raise NotImplementedError(f"{type(self).__name__} is not trainable")
 
 
+def point_mass(tok: int, vocab: int) -> torch.Tensor:
+    """Logits ``[vocab]`` of a draft that is certain of ``tok`` (what a lookup draft hands
+    ``pick``): 0 there, minus infinity elsewhere."""
+    logits = torch.full((vocab,), float("-inf"))
+    logits[tok] = 0.0
+    return logits
+
+
 def common_prefix(a: list[int], b: list[int]) -> int:
     """Length of the common prefix: how much of a draft's cache is still valid."""
     n = min(len(a), len(b))

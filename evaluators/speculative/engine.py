@@ -89,8 +89,8 @@ class StaticDecoder:
         if ids.shape[1] > t:  # the pads' outputs are dropped
             logits = logits[:, :t]
             every = every[:, :t] if every is not None else None
-        if self.uses_graphs or ids.shape[1] > t:  # a replay's outputs are the graph's own
-            logits = logits.clone()  # buffers, overwritten by the next replay
+        if self.uses_graphs:  # a replay's outputs are the graph's own buffers, overwritten
+            logits = logits.clone()
             every = every.clone() if every is not None else None
         cache.length = start + t
         return logits, self._features(every, feature_layers)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from evaluators.speculative.api import Draft, Pick
+from evaluators.speculative.api import Draft, Pick, point_mass
 from evaluators.speculative.decoding import DraftContractError
 
 
@@ -108,9 +108,7 @@ class RemoteDraft(Draft):
                 if take is not None:
                     take(tok)
                 else:
-                    onehot = torch.full((self.vocab,), float("-inf"))
-                    onehot[tok] = 0.0
-                    pick(onehot)
+                    pick(point_mass(tok, self.vocab))
             return tokens
         value = self._request({**message, "sampled": True})
         picks = 0

@@ -17,7 +17,7 @@ draft process, untimed, before its first prompt.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 
 class SuffixStore:
@@ -94,3 +94,12 @@ def longest(stores: Sequence[SuffixStore], tail: Sequence[int]) -> tuple[int, Su
         if n > best[0]:
             best = (n, store, where)
     return best
+
+
+def joined(rows: Iterable[Sequence[int]]) -> list[int]:
+    """Sequences one after another, each ended by a separator (-1): a store's corpus."""
+    flat: list[int] = []
+    for row in rows:
+        flat.extend(row)
+        flat.append(-1)
+    return flat

@@ -27,10 +27,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from evaluators.speculative.api import Draft, TargetView
+from evaluators.speculative.api import Draft, TargetView, point_mass
 from evaluators.speculative.graphs import StepGraphs
 from evaluators.speculative.model import Block
-from evaluators.speculative.suffix import SuffixStore, longest
+from evaluators.speculative.suffix import SuffixStore, joined, longest
 
 # EVOLVE-BLOCK-START
 FUSED_LAYERS = 1  # knob: int 1..3
@@ -146,10 +146,7 @@ class EagleDraft(Draft):
     def fit(self, data):
         if not SUFFIX:
             return
-        flat = []
-        for row in data["tokens"].tolist():
-            flat.extend(row)
-            flat.append(-1)
+        flat = joined(data["tokens"].tolist())
         self.corpus = torch.tensor(flat, dtype=torch.int64)
         self.shared = self._store()
         self.shared.extend(flat)
@@ -205,12 +202,7 @@ class EagleDraft(Draft):
         if SUFFIX:
             toks = self._suffix(k)
             if toks:
-                out = []
-                for tok in toks:
-                    logits = torch.full((self.vocab,), float("-inf"))
-                    logits[tok] = 0.0
-                    out.append(pick(logits))
-                return out
+                return [pick(point_mass(tok, self.vocab)) for tok in toks]
         # positions past n_real held predicted features: the real ones now overwrite them
         n_feats = self.feats.shape[0]
         dev = self.inp.weight.device

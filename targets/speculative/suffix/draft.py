@@ -16,8 +16,8 @@ distribution is a point mass, so sampled decoding stays exact. The search itself
 
 import torch
 
-from evaluators.speculative.api import Draft, TargetView
-from evaluators.speculative.suffix import SuffixStore, longest
+from evaluators.speculative.api import Draft, TargetView, point_mass
+from evaluators.speculative.suffix import SuffixStore, joined, longest
 
 # EVOLVE-BLOCK-START
 MAX_MATCH = 12  # knob: int 2..32
@@ -51,12 +51,7 @@ class SuffixDraft(Draft):
     def fit(self, data):
         if not GLOBAL:
             return
-        rows = data["tokens"].tolist()
-        flat = []
-        for row in rows:
-            flat.extend(row)
-            flat.append(-1)
-        self.corpus = torch.tensor(flat, dtype=torch.int64)
+        self.corpus = torch.tensor(joined(data["tokens"].tolist()), dtype=torch.int64)
         self._index()
 
     def reset(self, tokens, feats):
@@ -74,12 +69,7 @@ class SuffixDraft(Draft):
         n, store, where = longest(stores, tail)  # the sequence itself wins a tie
         if store is None or n < MIN_MATCH:
             return []
-        out = []
-        for tok in store.follow(where, k, MIN_SHARE):
-            logits = torch.full((self.vocab,), float("-inf"))
-            logits[tok] = 0.0
-            out.append(pick(logits))
-        return out
+        return [pick(point_mass(tok, self.vocab)) for tok in store.follow(where, k, MIN_SHARE)]
 
 
 # EVOLVE-BLOCK-END

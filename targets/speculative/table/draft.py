@@ -15,7 +15,7 @@ the price. The draft distribution is a point mass, so sampled decoding stays exa
 
 import torch
 
-from evaluators.speculative.api import Draft, TargetView
+from evaluators.speculative.api import Draft, TargetView, point_mass
 
 # EVOLVE-BLOCK-START
 MAX_ORDER = 3  # knob: int 1..8
@@ -132,9 +132,7 @@ class TableDraft(Draft):
             tok = self._next(ctx)
             if tok is None:
                 break
-            logits = torch.full((self.vocab,), float("-inf"))
-            logits[tok] = 0.0
-            out.append(pick(logits))
+            out.append(pick(point_mass(tok, self.vocab)))
             ctx = ctx[1:] + [tok] if len(ctx) >= MAX_ORDER else ctx + [tok]
         return out
 

@@ -407,14 +407,22 @@ def test_one_process_per_pass_is_valid_and_a_busy_draft_is_rejected(mode, sandbo
         assert busy.state is CandidateState.VALID, busy.reason
 
 
-def test_a_spinning_channel_keeps_an_honest_pass_valid(sandbox, tiny):
+def test_a_spinning_channel_keeps_an_honest_pass_valid_and_a_busy_one_rejected(sandbox, tiny):
     """Both sides busy-wait 5 ms for each message: the draft's process spins after its last
-    answer, yet stays under the idle check while target-only decoding is timed beside it."""
+    answer, yet stays under the idle check while target-only decoding is timed beside it;
+    one that spins a thread of its own does not."""
     _, res = _evaluate_text(_ngram_with(""), sandbox, tiny,
                             settings={"draft_process": "pass", "channel_spin": "on",
                                       "n_new": 200, "sampling_n": 0})
     assert res.state is CandidateState.VALID, res.reason
     assert 0 < res.metrics["channel_rtt_ms"] < 50
+    # a draft that works on the side is still caught with the spin on: the channel's bounded
+    # spin is not what it could hide behind
+    _, busy = _evaluate_text(_ngram_with(BUSY), sandbox, tiny,
+                             settings={"draft_process": "pass", "channel_spin": "on",
+                                       "n_new": 200, "sampling_n": 0})
+    assert busy.state is CandidateState.REJECTED, busy.reason
+    assert "while it was idle" in busy.reason
 
 
 def test_an_unknown_channel_spin_is_a_config_error():
