@@ -106,6 +106,7 @@ SECRET_ENV = prompts.SECRET_ENV
 # request that takes longer than this is a draft that hangs.
 STEP_TIMEOUT_S = 20.0
 TRAIN_ENTRY = "evaluators.speculative.serve_draft:train_server"
+TRAIN_SHARE = 0.75  # of an evaluation's timeout_s that train_s may take at most
 DRAFT_ENTRY = "evaluators.speculative.serve_draft:draft_server"
 
 
@@ -161,6 +162,16 @@ class SpeculativeEvaluator(Evaluator):
         if self.s["preset"] not in PRESETS:
             raise ConfigError(f"unknown preset {self.s['preset']!r}; known: {sorted(PRESETS)}",
                               file=where, key="evaluator.preset")
+        # Training shares the evaluation's wall-clock limit with building the draft, its
+        # probe and the target's features: a train_s that leaves less than a quarter of
+        # timeout_s times out in every candidate, the seed first (an H100 night of
+        # 2026-12-05 lost its EAGLE target so, with train_s = timeout_s = 120).
+        if self.s["train_s"] > TRAIN_SHARE * target.timeout_s:
+            raise ConfigError(
+                f"train_s = {self.s['train_s']:g} leaves too little of timeout_s = "
+                f"{target.timeout_s:g} for building, probing and timing the draft; raise "
+                f"timeout_s to at least {self.s['train_s'] / TRAIN_SHARE:g} or lower train_s",
+                file=where, key="evaluator.train_s")
         self._bundle: TargetBundle | None = None
         self._cache_dir: Path | None = None
         self._models: dict[str, Any] = {}

@@ -432,6 +432,17 @@ def test_an_unknown_channel_spin_is_a_config_error():
         get("speculative")(spec)
 
 
+def test_a_train_s_that_fills_the_timeout_is_a_config_error():
+    spec = load_target(ROOT / "targets/speculative/eagle", ROOT,
+                       {"evaluator": {"train_s": 120.0}, "timeout_s": 120})
+    with pytest.raises(ConfigError, match="raise timeout_s to at least 160") as err:
+        get("speculative")(spec)
+    assert err.value.key == "evaluator.train_s"
+    fits = load_target(ROOT / "targets/speculative/eagle", ROOT,
+                       {"evaluator": {"train_s": 120.0}, "timeout_s": 300})
+    get("speculative")(fits)
+
+
 LEAVE_MEMOS = '''
 import os as _os
 
