@@ -14,7 +14,7 @@ from optimizer import search
 from optimizer.archive import Archive
 from optimizer.errors import OptimizerError
 from optimizer.night import Run
-from optimizer.recording import finish_pending, save, write_attrs
+from optimizer.recording import InFlight, finish_pending, save, write_attrs
 from optimizer.records import (
     SEED_ID,
     ArchiveEntry,
@@ -57,23 +57,17 @@ def recover_interrupted(
             if has_branch
             else {}
         )
-        cand = Candidate(
-            cid,
-            target.name,
-            record.parent,
-            record.proposer,
-            files,
-            dict(frozen.params),
-            record.content_hash,
-            record.summary,
-            record.structure,
-        )
+        cand = Candidate(id=cid, target=target.name, parent_id=record.parent,
+                         proposer=record.proposer, files=files, knobs=dict(frozen.params),
+                         content_hash=record.content_hash, summary=record.summary,
+                         structure=record.structure)
         branch = r.ws.candidate_branch(target.name, cid) if has_branch else ""
         # Killed while or after logging the candidate in MLflow (in the concurrent loop
         # the recorder logs one while the slots evaluate others; the trial names its run
         # only after it is logged): that run goes, so the candidate keeps exactly one.
         r.tracker.drop_candidate_runs(target.name, cid)
-        save(r, target, study, trial, dataclasses.replace(record, branch=branch), cand, result)
+        save(r, InFlight(target=target, study=study, trial=trial, cand=cand,
+                         record=dataclasses.replace(record, branch=branch)), result)
         if has_branch:
             try:
                 r.ws.remove_worktree(target.name, cid)

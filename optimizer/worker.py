@@ -466,7 +466,7 @@ class Shared:
                           "worker was only slow")
 
     def _record_lost(self, r: Run, t: _TargetState, frozen: Any) -> None:
-        from optimizer.recording import running_message, save, write_attrs
+        from optimizer.recording import InFlight, running_message, save, write_attrs
 
         target, study = t.target, t.study
         live = search.live_trial(study, frozen.number)
@@ -487,11 +487,13 @@ class Shared:
             return
         files = dict(payload.get("files") or {})
         knob_values = dict(payload.get("knobs") or {})
-        cand = Candidate(cid, target.name, payload.get("parent", rec.parent),
-                         str(payload.get("proposer", rec.proposer)), files, knob_values,
-                         str(payload.get("content_hash", rec.content_hash)),
-                         str(payload.get("summary", rec.summary)),
-                         str(payload.get("structure", rec.structure)))
+        cand = Candidate(id=cid, target=target.name,
+                         parent_id=payload.get("parent", rec.parent),
+                         proposer=str(payload.get("proposer", rec.proposer)), files=files,
+                         knobs=knob_values,
+                         content_hash=str(payload.get("content_hash", rec.content_hash)),
+                         summary=str(payload.get("summary", rec.summary)),
+                         structure=str(payload.get("structure", rec.structure)))
         record = CandidateRecord.of(cand)
         if files:  # the branch, on the remote too (annotate pushes it)
             r.ws.create_candidate(target.rel_path, target.name, cid, files,
@@ -499,8 +501,9 @@ class Shared:
             record = dataclasses.replace(record, branch=r.ws.candidate_branch(target.name, cid))
         r.tracker.drop_candidate_runs(target.name, cid)  # its worker's run, if it began one
         result = EvalResult(CandidateState.FAILED, WORKER_LOST, "worker lost")
-        save(r, target, study, live, record, cand, result,
-             cleanup=(lambda: r.ws.remove_worktree(target.name, cid)) if files else None)
+        save(r, InFlight(target=target, study=study, trial=live, cand=cand, record=record,
+                         cleanup=(lambda: r.ws.remove_worktree(target.name, cid))
+                         if files else None), result)
         r.say(f"[{target.name}] {cid} FAILED: {WORKER_LOST}")
         if files:
             rerun = Proposal(cand.proposer, cand.parent_id, files,
