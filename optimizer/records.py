@@ -26,6 +26,15 @@ def program_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
     return {k: v for k, v in metrics.items() if not k.startswith(COST_METRIC_PREFIXES)}
 
 
+class Confirmation(enum.StrEnum):
+    """What confirms a kind's winner (``Evaluator.confirmation``): ``PAIRED`` interleaved
+    measurements of candidate and seed and a bootstrap interval; ``EXACT`` exact values,
+    then the held-out workload. A kind may still answer with the plain string."""
+
+    PAIRED = "paired"
+    EXACT = "exact"
+
+
 class CandidateState(enum.Enum):
     """Life cycle of a candidate (like Optuna's TrialState, with reasons kept elsewhere)."""
 

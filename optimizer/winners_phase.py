@@ -17,7 +17,7 @@ from optimizer.night import Run
 from optimizer.records import ArchiveEntry, Proposal, content_hash
 from optimizer.scheduler import join
 from optimizer.slots import Slot
-from optimizer.winners import select_winner
+from optimizer.winners import Contest, select_winner
 
 
 def select_winners(r: Run, lanes: list[Lane], at_once: int, deadline: float) -> None:
@@ -159,7 +159,8 @@ def select_lane_winner(r: Run, lane: Lane, deadline: float, slot: Slot | None = 
         left.append(r.config.budget.max_candidates - r.budget.candidates)
     if lane.entry.max_candidates:
         left.append(lane.entry.max_candidates - out.candidates)
-    return select_winner(r, lane.target, lane.evaluator, lane.sandbox(r, slot), lane.study,
-                         archive, evaluate=trial, deadline=deadline,
-                         max_trials=max(0, min(left)), device_lock=slot.timing, lock=lock,
-                         alone=turns.alone if turns is not None else None)
+    return select_winner(r, Contest(
+        target=lane.target, evaluator=lane.evaluator, sandbox=lane.sandbox(r, slot),
+        study=lane.study, archive=archive, evaluate=trial, deadline=deadline,
+        max_trials=max(0, min(left)), device_lock=slot.timing, lock=lock,
+        alone=turns.alone if turns is not None else None))

@@ -11,10 +11,10 @@ import pytest
 from evaluators._base import Evaluator
 from evaluators.kernels.evaluator import CASE_POOL, KernelEvaluator
 from optimizer import lane as lanes
-from optimizer.winners_phase import Turns
 from optimizer.archive import Archive
 from optimizer.night import TargetSummary
-from optimizer.records import SEED_ID, ArchiveEntry, CandidateState
+from optimizer.records import SEED_ID, ArchiveEntry, CandidateState, Confirmation
+from optimizer.winners_phase import Turns
 
 SEED = "# EVOLVE-BLOCK-START\nA = 1  # knob: int 1..64\nB = 2  # knob: int 1..64\n" \
        "C = 0.5  # knob: float 0.0..8.0\n# EVOLVE-BLOCK-END\n"
@@ -23,8 +23,8 @@ SEED = "# EVOLVE-BLOCK-START\nA = 1  # knob: int 1..64\nB = 2  # knob: int 1..64
 class _Paired(Evaluator):
     kind = "paired-test"
 
-    def confirmation(self) -> str:
-        return "paired"
+    def confirmation(self) -> Confirmation:
+        return Confirmation.PAIRED
 
     def correctness(self, cand_dir, ctx):  # type: ignore[no-untyped-def]
         raise NotImplementedError
@@ -34,8 +34,8 @@ class _Paired(Evaluator):
 
 
 class _Exact(_Paired):
-    def confirmation(self) -> str:
-        return "exact"
+    def confirmation(self) -> Confirmation:
+        return Confirmation.EXACT
 
 
 def _run(repeats: int = 15, trials: int = 12) -> SimpleNamespace:
