@@ -30,7 +30,6 @@ from optimizer.night import Run
 from optimizer.proposers._base import ProposalContext
 from optimizer.recording import InFlight, running_message, save, start_run, write_attrs
 from optimizer.records import (
-    SEED_ID,
     ArchiveEntry,
     Candidate,
     CandidateRecord,
@@ -89,17 +88,16 @@ def admit(r: Run, lane: Lane, proposal: Proposal, ahead: search.AskAhead | None 
     trial, values = asked
     files = declared.substitute(values)
     digest = content_hash(files)
-    known = archive.hashes.get(digest) or archive.pending.get(digest)
-    cid = ""
-    if r.shared is not None:  # an atomic claim of the content and an id, across workers
-        known, cid = r.shared.claim(lane, proposal, trial, digest, files, values,
-                                    declared.structure, known)
+    # the content and an id claimed: atomically across workers
+    known, cid = r.coordination.claim(lane, proposal, trial, digest, files, values,
+                                      declared.structure,
+                                      archive.hashes.get(digest) or archive.pending.get(digest))
     if known is not None:
         record_duplicate(study, trial, archive, known)
         lane.out.duplicates += 1
         return False
     cand = Candidate(
-        id=cid or (SEED_ID if proposal.proposer == "seed" else archive.next_id()),
+        id=cid,
         target=target.name, parent_id=proposal.parent_id, proposer=proposal.proposer,
         files=files, knobs=values, content_hash=digest, summary=proposal.summary,
         structure=declared.structure)
@@ -193,8 +191,7 @@ def record_rejected(r: Run, lane: Lane, proposal: Proposal,
     target, study, archive = lane.target, lane.study, lane.archive
     trial = ahead.take(sampled=False) if ahead is not None else study.ask()
     result = EvalResult(CandidateState.REJECTED, str(proposal.rejected), "proposal")
-    cid = (r.shared.claim_id(lane, proposal, trial) if r.shared is not None
-           else SEED_ID if proposal.proposer == "seed" else archive.next_id())
+    cid = r.coordination.claim_id(lane, proposal, trial)
     cand = Candidate(id=cid, target=target.name, parent_id=proposal.parent_id,
                      proposer=proposal.proposer, files={}, knobs={}, content_hash="",
                      summary=proposal.summary)

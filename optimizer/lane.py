@@ -24,7 +24,6 @@ from optimizer.evaluation import log_outputs, make_sandbox
 from optimizer.minimize import planned_trials
 from optimizer.night import Run, TargetSummary
 from optimizer.records import SEED_ID, CandidateState, Proposal, content_hash
-from optimizer.resume import load_archive, recover_interrupted
 from optimizer.sandbox import Sandbox
 from optimizer.slots import Slot
 from optimizer.targets import TargetSpec
@@ -166,8 +165,9 @@ def open_lane(r: Run, entry: TargetEntry, horizon: Horizon) -> Lane:
     night's interrupted ones recorded first), and its starts still to evaluate."""
     target = entry.spec
     evaluator = evaluators.get(target.kind)(target)
+    coordination = r.coordination
     study = search.open_study(
-        r.config.optuna_storage if r.shared is None else r.shared.storage,
+        coordination.study_storage(r),
         r.config.name,
         target,
         search.make_sampler(
@@ -176,16 +176,12 @@ def open_lane(r: Run, entry: TargetEntry, horizon: Horizon) -> Lane:
             r.config.search.n_startup_trials,
             len(target.objectives) > 1,
         ),
-        one_writer=r.shared is None,  # workers' studies change under them: Optuna's cache
+        one_writer=coordination.one_writer,  # workers' studies change under them
     )
     archive = Archive(target)
     outputs = lambda run_id, result, io_dir: log_outputs(  # noqa: E731
         r, evaluator, run_id, result, io_dir)
-    if r.shared is None:
-        recover_interrupted(r, study, target, outputs=outputs)
-        load_archive(r, study, target, archive)
-    else:  # workers share the study: only lost workers' trials are recovered
-        r.shared.open_target(r, study, target, archive, outputs)
+    coordination.open_target(r, study, target, archive, outputs)
     lane = Lane(
         entry=entry, evaluator=evaluator, study=study, names=search.ParamNames(study),
         archive=archive, out=TargetSummary(target.name),

@@ -31,6 +31,7 @@ from optimizer import slots as slot_plan
 from optimizer.accounting import Ledger, Prices
 from optimizer.budget import Budget, StopOnSigint
 from optimizer.config import ExperimentConfig, TargetEntry
+from optimizer.coordination import Alone
 from optimizer.evaluation import device_for, fresh_context
 from optimizer.lane import (
     CONFIRM_SHARE,
@@ -92,7 +93,8 @@ def run(
     settings = getattr(the_proposer, "settings", None)
     ledger = Ledger(getattr(settings, "prices", None) or Prices())
     writer = Writer()
-    r = Run(config, ws, tracker, the_proposer, budget, ledger, summary, say, writer)
+    r = Run(config, ws, tracker, the_proposer, budget, ledger, summary, say, writer,
+            Alone())
     say(
         f"night {night} of experiment '{config.name}': {len(config.targets)} target(s), "
         f"{config.budget.minutes:g} min, proposer {the_proposer.name}"
@@ -153,8 +155,7 @@ def share_the_night(r: Run) -> list[TargetSummary]:
         prepare_night(r, lanes)
         Scheduler(r, lanes, Policy.concurrent(width, r.config.proposer.concurrency)).run()
         r.writer.flush()  # the searches' runs are complete before winners read them
-        if r.shared is not None:
-            r.shared.searched(lanes)
+        r.coordination.searched(lanes)
         chosen = [lane for lane in lanes if seed_is_valid(r, lane)]
         select_winners(r, chosen, width if side_by_side else 1, horizon.deadline)
     finally:
@@ -173,7 +174,7 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
     wanted = r.config.run.slots if not lane.alone else 1
     lane.slots = slot_plan.plan(wanted, type(lane.evaluator).uses_gpu)
     serial = len(lane.slots) == 1 and r.config.proposer.concurrency == 1
-    policy = (Policy.serial(shared=r.shared is not None) if serial
+    policy = (Policy.serial(ask_ahead=r.coordination.one_writer) if serial
               else Policy.concurrent(len(lane.slots), r.config.proposer.concurrency))
     try:
         Scheduler(r, [lane], policy).run()

@@ -77,10 +77,10 @@ def recover_interrupted(
     r.writer.flush()
     for cid in finish_pending(r, study, target, outputs):
         r.say(f"[{target.name}] {cid}: its MLflow run finished from the pending record")
-    _drop_leftover_worktrees(r, target)
+    drop_leftover_worktrees(r, target)
 
 
-def _drop_leftover_worktrees(r: Run, target: TargetSpec) -> None:
+def drop_leftover_worktrees(r: Run, target: TargetSpec) -> None:
     """Worktrees a killed night left behind: a candidate recorded (or told) before its
     worktree was removed is no RUNNING trial, yet its folder stays. Nothing of the target
     is in flight here (one night per experiment at a time), so every one goes, unless

@@ -59,9 +59,10 @@ class Policy:
     drop_late: bool = True
 
     @classmethod
-    def serial(cls, shared: bool = False) -> Policy:
-        """One slot, one proposal in flight: the serial loop."""
-        return cls(width=1, proposers=1, waiting=1, in_flight=1, ask_ahead=not shared,
+    def serial(cls, ask_ahead: bool = True) -> Policy:
+        """One slot, one proposal in flight: the serial loop (its trial asked ahead where
+        this process alone writes the study)."""
+        return cls(width=1, proposers=1, waiting=1, in_flight=1, ask_ahead=ask_ahead,
                    drop_late=False)
 
     @classmethod
@@ -207,10 +208,9 @@ class Scheduler:
             return _WAIT
         if lane.entry.max_candidates and out.candidates + track.flying >= lane.entry.max_candidates:
             return _WAIT if out.candidates < lane.entry.max_candidates else None
-        if r.shared is not None:  # the other workers' candidates; a lost worker's, to re-run
-            rerun = r.shared.next_job(r, lane)
-            if rerun is not None:
-                return rerun
+        rerun = r.coordination.next_job(r, lane)  # a lost worker's candidate, to run again
+        if rerun is not None:
+            return rerun
         if track.seed_to_evaluate:
             track.seed_to_evaluate = False
             return seed_proposal(target)

@@ -27,15 +27,12 @@ def select_winners(r: Run, lanes: list[Lane], at_once: int, deadline: float) -> 
     search is over everywhere (``Shared.claim_winners``); the others' go to other workers."""
     left = list(lanes)
     while left and not r.budget.stop.is_set():
-        if r.shared is None:
-            batch = left if at_once > 1 else left[:1]
-        else:
-            batch, theirs = r.shared.claim_winners(
-                r, left, at_once, rerun=lambda lane, proposal: one_candidate(
-                    r, lane, lane.slots[0], proposal))
-            left = [lane for lane in left if lane not in theirs]
-            if not batch:
-                break
+        batch, theirs = r.coordination.claim_winners(
+            r, left, at_once, rerun=lambda lane, proposal: one_candidate(
+                r, lane, lane.slots[0], proposal))
+        left = [lane for lane in left if lane not in theirs]
+        if not batch:
+            break
         now, kept = time.monotonic(), sum(x.reserve_s for x in left)
         part = sum(x.reserve_s for x in batch) / kept if kept else len(batch) / len(left)
         end = now + max(0.0, deadline - now) * part

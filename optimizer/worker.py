@@ -45,7 +45,7 @@ import time
 import uuid
 import warnings
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,7 @@ from optimizer.budget import Budget, StopOnSigint
 from optimizer.claims import Claims
 from optimizer.config import ExperimentConfig
 from optimizer.errors import ConfigError, OptimizerError, WorkspaceError
-from optimizer.night import Run, RunSummary, Writer, night_metrics
+from optimizer.night import Coordination, LaneView, Run, RunSummary, Writer, night_metrics
 from optimizer.records import (
     WORKER_LOST,
     ArchiveEntry,
@@ -147,6 +147,11 @@ class SharedStorage(optuna.storages.RDBStorage):
         with self._held_lock:
             self.held[frozen._trial_id] = f"trial {frozen.number}"
         return frozen
+
+    def stale_trial_ids(self, study_id: int) -> list[int]:
+        """The trials of ``study_id`` whose worker is lost (what :meth:`_get_stale_trial_ids`
+        finds, the hook Optuna's ``fail_stale_trials`` calls)."""
+        return self._get_stale_trial_ids(study_id)
 
     def _get_stale_trial_ids(self, study_id: int) -> list[int]:
         """Optuna's stale trials (a heartbeat older than the grace period) and the RUNNING
@@ -291,8 +296,10 @@ class _TargetState:
     reruns: list[Proposal] = dataclasses.field(default_factory=list)
 
 
-class Shared:
-    """What the loop calls where workers share a night (``Run.shared``)."""
+class Shared(Coordination):
+    """Workers sharing a night through Optuna's storage (``Run.coordination``)."""
+
+    one_writer = False  # the studies change under each worker: Optuna's cache is off
 
     def __init__(self, storage: SharedStorage, claims: Claims, night: Night, wid: str,
                  wsid: int, heartbeat_s: int, grace_s: int):
@@ -310,6 +317,9 @@ class Shared:
             "heartbeat": time.time(), "night": night.name, "target": "", "searching": [],
             "phase": "starting", "holds": [], "candidates": 0}
         self._record_lock = threading.Lock()
+
+    def study_storage(self, r: Run) -> SharedStorage:
+        return self.storage
 
     # the worker's record
 
@@ -329,15 +339,16 @@ class Shared:
     def open_target(self, r: Run, study: optuna.Study, target: TargetSpec, archive: Archive,
                     outputs: Callable[[str, EvalResult, Path], None]) -> None:
         from optimizer.recording import finish_pending
-        from optimizer.resume import _drop_leftover_worktrees
+        from optimizer.resume import drop_leftover_worktrees
 
         search.SHARED_STUDIES.add(study)
-        t = _TargetState(study, study._study_id, target, archive)
+        t = _TargetState(study, self.storage.get_study_id_from_name(study.study_name), target,
+                         archive)
         self.targets[target.name] = t
         self._searching(self.record["searching"] + [target.name])
         for cid in finish_pending(r, study, target, outputs):  # this clone's, left by a kill
             r.say(f"[{target.name}] {cid}: its MLflow run finished from the pending record")
-        _drop_leftover_worktrees(r, target)
+        drop_leftover_worktrees(r, target)
         self._recover(r, t, force=True)
         self._refresh(r, t)
         if archive.entries:
@@ -345,7 +356,7 @@ class Shared:
 
     # before each parent is chosen
 
-    def next_job(self, r: Run, lane: Any) -> Proposal | None:
+    def next_job(self, r: Run, lane: LaneView) -> Proposal | None:
         t = self.targets[lane.target.name]
         self._recover(r, t)
         if t.reruns:
@@ -356,7 +367,7 @@ class Shared:
 
     # as a candidate is admitted
 
-    def claim(self, lane: Any, proposal: Proposal, trial: Any, digest: str,
+    def claim(self, lane: LaneView, proposal: Proposal, trial: Any, digest: str,
               files: dict[str, str], values: dict[str, Any], structure: str,
               known: str | None) -> tuple[str | None, str]:
         """(the candidate that has this content, "") or (None, the id of a new one)."""
@@ -379,7 +390,7 @@ class Shared:
         self._taken(t, trial, cid)
         return None, cid
 
-    def claim_id(self, lane: Any, proposal: Proposal, trial: Any) -> str:
+    def claim_id(self, lane: LaneView, proposal: Proposal, trial: Any) -> str:
         """A candidate id for a rejected proposal (no content to claim)."""
         t = self.targets[lane.target.name]
         payload: dict[str, Any] = {"files": {}, "knobs": {}, "parent": proposal.parent_id,
@@ -449,7 +460,7 @@ class Shared:
             return
         t.checked = time.monotonic()
         try:
-            stale = self.storage._get_stale_trial_ids(t.study_id)
+            stale = self.storage.stale_trial_ids(t.study_id)
         except optuna.exceptions.StorageInternalError as exc:  # a busy store: next time
             log.warning("looking for stale trials failed: %s", exc)
             return
@@ -519,7 +530,7 @@ class Shared:
         self.write_record(searching=names, target=", ".join(names),
                           phase="searching" if names else "finishing")
 
-    def searched(self, lanes: list[Any]) -> None:
+    def searched(self, lanes: Sequence[Any]) -> None:
         """This worker's search of ``lanes``' targets is over."""
         done = {lane.target.name for lane in lanes}
         self._searching([n for n in self.record["searching"] if n not in done])
@@ -624,8 +635,9 @@ def work(config: ExperimentConfig, *, proposer: Any = None,
         storage = open_storage(config.search.storage, config.worker.heartbeat_s,
                                config.worker.grace)
         claims = Claims(storage)
-        wsid = optuna.create_study(storage=storage, study_name=workers_study(config.name),
-                                   load_if_exists=True)._study_id
+        optuna.create_study(storage=storage, study_name=workers_study(config.name),
+                            load_if_exists=True)
+        wsid = storage.get_study_id_from_name(workers_study(config.name))
         tracker = _tracker(config)
         wid = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         night = open_night(config, storage, claims, tracker, wsid, ws.base_commit, wid)
