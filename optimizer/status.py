@@ -44,7 +44,7 @@ def collect_status(config: ExperimentConfig) -> dict[str, Any]:
         "winners": 0,
     }
     consistent = True
-    from optimizer.worker import remote_candidate_ids, worker_rows, workers_study
+    from optimizer.shared_stores import remote_candidate_ids, worker_rows, workers_study
 
     shared = workers_study(config.name) in studies  # workers' branches are on the remote
     remote_ids = remote_candidate_ids(ws, config.vcs.push) if shared and config.vcs.push else None
