@@ -61,13 +61,13 @@ from optimizer.night import Coordination, LaneView, Run, RunSummary, Writer, nig
 from optimizer.records import (
     WORKER_LOST,
     ArchiveEntry,
-    Candidate,
     CandidateRecord,
     CandidateState,
     EvalResult,
     Proposal,
     candidate_number,
 )
+from optimizer.resume import recover_trial
 from optimizer.shared_stores import (  # noqa: F401 - re-exported for callers
     Night,
     SharedStorage,
@@ -288,50 +288,19 @@ class Shared(Coordination):
                           "worker was only slow")
 
     def _record_lost(self, r: Run, t: _TargetState, frozen: Any) -> None:
-        from optimizer.recording import InFlight, running_message, save, write_attrs
-
-        target, study = t.target, t.study
-        live = search.live_trial(study, frozen.number)
-        rec = CandidateRecord.from_trial(frozen)
-        if rec.complete:  # recorded; only the tell was lost
-            if rec.state is CandidateState.VALID and rec.objectives:
-                study.tell(live, list(rec.objectives))
-            else:
-                study.tell(live, state=TrialState.FAIL)
-            return
+        """A lost worker's trial recorded once, everywhere (``resume.recover_trial``), and
+        its program queued to run again."""
         key = f"trial:{frozen.number}"
-        payload: dict[str, Any] = self.claims.read(t.study_id, [key]).get(key) or {}
-        cid = rec.candidate or str(payload.get("candidate", ""))
-        if not cid:  # lost before it named a candidate: nothing was evaluated
-            write_attrs(live, dataclasses.replace(rec, state=CandidateState.FAILED,
-                                                  reason=WORKER_LOST))
-            study.tell(live, state=TrialState.FAIL)
+        claimed: dict[str, Any] = self.claims.read(t.study_id, [key]).get(key) or {}
+        cand = recover_trial(r, t.study, t.target, frozen, WORKER_LOST, claimed=claimed)
+        if cand is None:
             return
-        files = dict(payload.get("files") or {})
-        knob_values = dict(payload.get("knobs") or {})
-        cand = Candidate(id=cid, target=target.name,
-                         parent_id=payload.get("parent", rec.parent),
-                         proposer=str(payload.get("proposer", rec.proposer)), files=files,
-                         knobs=knob_values,
-                         content_hash=str(payload.get("content_hash", rec.content_hash)),
-                         summary=str(payload.get("summary", rec.summary)),
-                         structure=str(payload.get("structure", rec.structure)))
-        record = CandidateRecord.of(cand)
-        if files:  # the branch, on the remote too (annotate pushes it)
-            r.ws.create_candidate(target.rel_path, target.name, cid, files,
-                                  running_message(target, cand))
-            record = dataclasses.replace(record, branch=r.ws.candidate_branch(target.name, cid))
-        r.tracker.drop_candidate_runs(target.name, cid)  # its worker's run, if it began one
-        result = EvalResult(CandidateState.FAILED, WORKER_LOST, "worker lost")
-        save(r, InFlight(target=target, study=study, trial=live, cand=cand, record=record,
-                         cleanup=(lambda: r.ws.remove_worktree(target.name, cid))
-                         if files else None), result)
-        r.say(f"[{target.name}] {cid} FAILED: {WORKER_LOST}")
-        if files:
-            rerun = Proposal(cand.proposer, cand.parent_id, files,
-                             f"re-run of {cid} (worker lost): {cand.summary}"[:500],
-                             fixed_knobs=knob_values)
-            self._rerun_of[id(rerun)] = (rerun, cid)
+        r.say(f"[{t.target.name}] {cand.id} FAILED: {WORKER_LOST}")
+        if cand.files:
+            rerun = Proposal(cand.proposer, cand.parent_id, cand.files,
+                             f"re-run of {cand.id} (worker lost): {cand.summary}"[:500],
+                             fixed_knobs=dict(cand.knobs))
+            self._rerun_of[id(rerun)] = (rerun, cand.id)
             t.reruns.append(rerun)
 
     # the end of the night's searches
