@@ -19,12 +19,14 @@ finishes the MLflow runs the writer had not.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import shutil
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from evaluators._base import EvalContext, Evaluator
 from optimizer import slots as slot_plan
@@ -59,8 +61,8 @@ from optimizer.vcs import Workspace
 from optimizer.winners_phase import select_lane_winner, select_winners
 
 # Run, RunSummary and TargetSummary live in optimizer.night; re-exported for callers.
-__all__ = ["CONFIRM_SHARE", "Run", "RunSummary", "TargetSummary", "optimize_target",
-           "prepare_night", "run", "share_the_night"]
+__all__ = ["CONFIRM_SHARE", "Run", "RunSummary", "TargetSummary", "in_turn",
+           "optimize_target", "prepare_night", "run", "share_the_night", "spend_night"]
 
 
 
@@ -99,24 +101,8 @@ def run(
         f"night {night} of experiment '{config.name}': {len(config.targets)} target(s), "
         f"{config.budget.minutes:g} min, proposer {the_proposer.name}"
     )
-    try:
-        with StopOnSigint(budget):
-            if night_width(config) > 1 or config.proposer.concurrency > 1:
-                summary.targets.extend(share_the_night(r))
-            else:  # the serial loop: each target in turn gets its share of what is left
-                shares_left = sum(t.share for t in config.targets)
-                for entry in config.targets:
-                    slice_s = budget.remaining_s() * entry.share / shares_left
-                    shares_left -= entry.share
-                    summary.targets.append(
-                        optimize_target(r, entry, time.monotonic() + slice_s))
-                    if budget.stop.is_set() or summary.stop_reason:
-                        break
-        summary.stop_reason = summary.stop_reason or budget.exhausted() or "all targets done"
-        writer.flush()
-    finally:
-        writer.close()  # what is queued is written; an error was raised by flush above
-        the_proposer.close()
+
+    def finish() -> None:
         tracker.log_night_metrics(parent_run_id, night_metrics(summary, ledger))
         accounts = config.state_dir / "reports" / f"{config.name}-{night}-llm-usage.json"
         accounts.write_text(json.dumps(ledger.summary(), indent=2))
@@ -125,8 +111,48 @@ def run(
         (config.state_dir / "reports" / f"{config.name}-{night}.json").write_text(
             json.dumps(summary.to_json(), indent=2)
         )
+
+    try:
+        wide = night_width(config) > 1 or config.proposer.concurrency > 1
+        return spend_night(r, share_the_night if wide else in_turn, finish)
+    finally:
         ws.close()
-    return summary
+
+
+def spend_night(r: Run, search: Callable[[Run], list[TargetSummary]],
+                finish: Callable[[], None], *held: contextlib.AbstractContextManager[Any],
+                ) -> RunSummary:
+    """The night's skeleton, one for ``optimizer run`` and ``optimizer worker``: the
+    targets' searches and winners (``search``) while ``held`` are (a worker's heartbeat)
+    and a first Ctrl-C stops after the current candidates; then every record written,
+    the proposer closed and the night's ending (``finish``: its metrics, reports and
+    parent run), whatever happened."""
+    try:
+        with contextlib.ExitStack() as stack:
+            for context in (*held, StopOnSigint(r.budget)):
+                stack.enter_context(context)
+            r.summary.targets.extend(search(r))
+        r.summary.stop_reason = (r.summary.stop_reason or r.budget.exhausted()
+                                 or "all targets done")
+        r.writer.flush()
+    finally:
+        r.writer.close()  # what is queued is written; an error was raised by flush above
+        r.proposer.close()
+        finish()
+    return r.summary
+
+
+def in_turn(r: Run) -> list[TargetSummary]:
+    """The serial night: each target in turn gets its share of what is left."""
+    out: list[TargetSummary] = []
+    shares_left = sum(t.share for t in r.config.targets)
+    for entry in r.config.targets:
+        slice_s = r.budget.remaining_s() * entry.share / shares_left
+        shares_left -= entry.share
+        out.append(optimize_target(r, entry, time.monotonic() + slice_s))
+        if r.budget.stop.is_set() or r.summary.stop_reason:
+            break
+    return out
 
 
 def share_the_night(r: Run) -> list[TargetSummary]:

@@ -53,7 +53,7 @@ from optuna.trial import TrialState
 from optimizer import search
 from optimizer.accounting import Ledger, Prices
 from optimizer.archive import Archive
-from optimizer.budget import Budget, StopOnSigint
+from optimizer.budget import Budget
 from optimizer.claims import Claims
 from optimizer.config import ExperimentConfig
 from optimizer.errors import OptimizerError
@@ -400,7 +400,6 @@ class Heartbeat:
 def work(config: ExperimentConfig, *, proposer: Any = None,
          say: Callable[[str], None] = print) -> RunSummary:
     """Join (or start) the experiment's night and work on it until its time is up."""
-    from optimizer.loop import share_the_night
     from optimizer.stores import enable_fast_sqlite
 
     for note in check_shared(config):
@@ -424,8 +423,7 @@ def work(config: ExperimentConfig, *, proposer: Any = None,
         # each worker samples and proposes from a seed of its own (the same seed everywhere
         # would propose the same programs everywhere: duplicates)
         config = dataclasses.replace(config, seed=zlib.crc32(f"{config.seed}/{wid}".encode()))
-        return _work(config, ws, storage, claims, tracker, night, wid, wsid, proposer, say,
-                     share_the_night)
+        return _work(config, ws, storage, claims, tracker, night, wid, wsid, proposer, say)
     finally:
         ws.close()
 
@@ -433,7 +431,8 @@ def work(config: ExperimentConfig, *, proposer: Any = None,
 # what a worker that loses the race to create a new database's tables is told
 def _work(config: ExperimentConfig, ws: SharedWorkspace, storage: SharedStorage, claims: Claims,
           tracker: Tracker, night: Night, wid: str, wsid: int, proposer: Any,
-          say: Callable[[str], None], share_the_night: Any) -> RunSummary:
+          say: Callable[[str], None]) -> RunSummary:
+    from optimizer.loop import share_the_night, spend_night
     from optimizer.proposers import make_proposer
 
     pointer = config.state_dir / "logs" / f"{config.name}.night.json"
@@ -451,14 +450,8 @@ def _work(config: ExperimentConfig, ws: SharedWorkspace, storage: SharedStorage,
     say(f"worker {wid} on night {night.name} of experiment '{config.name}': "
         f"{len(config.targets)} target(s), {budget.minutes:.1f} min left, "
         f"proposer {the_proposer.name}")
-    try:
-        with Heartbeat(shared), StopOnSigint(budget):  # every target at once, as `run` does
-            summary.targets.extend(share_the_night(r))
-            summary.stop_reason = summary.stop_reason or budget.exhausted() or "all targets done"
-            writer.flush()
-    finally:
-        writer.close()
-        the_proposer.close()
+
+    def finish() -> None:
         metrics = night_metrics(summary, ledger)
         tracker.log_night_metrics(night.parent_run_id,
                                   {f"worker.{wid}.{k}": v for k, v in metrics.items()})
@@ -471,4 +464,6 @@ def _work(config: ExperimentConfig, ws: SharedWorkspace, storage: SharedStorage,
                               "KILLED" if budget.stop.is_set() else "FINISHED")
         (config.state_dir / "reports" / f"{config.name}-{night.name}-{wid}.json").write_text(
             json.dumps(summary.to_json(), indent=2))
-    return summary
+
+    # every target at once, as `optimizer run` does with several slots
+    return spend_night(r, share_the_night, finish, Heartbeat(shared))
