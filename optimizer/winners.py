@@ -349,23 +349,13 @@ def _lineage(archive: Archive, entry: ArchiveEntry) -> list[ArchiveEntry]:
     return list(reversed(chain))
 
 
-def _publish(
-    r: Run,
-    target: TargetSpec,
-    evaluator: Evaluator,
-    study: optuna.Study,
-    archive: Archive,
-    best: ArchiveEntry,
-    evidence: Evidence,
-) -> dict[str, Any]:
+def _pull_request_lines(r: Run, target: TargetSpec, study: optuna.Study, archive: Archive,
+                        best: ArchiveEntry, evidence: Evidence, trial_number: int,
+                        run_id: str) -> list[str]:
+    """The pull request's text: title, evidence, metrics, knobs, reduction, lineage and
+    records."""
     seed = archive.seed
     assert seed is not None
-    trial = next(
-        t
-        for t in study.get_trials(deepcopy=False)
-        if CandidateRecord.from_trial(t).candidate == best.id
-    )
-    run_id = CandidateRecord.from_trial(trial).mlflow_run_id
     metric = target.primary.metric
     change = f"{metric} {seed.objectives[0]:.4g} -> {best.objectives[0]:.4g}"
     if evidence.kind == "paired bootstrap":
@@ -403,9 +393,30 @@ def _publish(
         "",
         "## Records",
         f"- MLflow run: {run_id} (experiment '{r.config.name}')",
-        f"- Optuna study: {study.study_name}, trial {trial.number}",
+        f"- Optuna study: {study.study_name}, trial {trial_number}",
         f"- Candidate branch: {r.ws.candidate_branch(target.name, best.id)}",
     ]
+    return lines
+
+
+def _publish(
+    r: Run,
+    target: TargetSpec,
+    evaluator: Evaluator,
+    study: optuna.Study,
+    archive: Archive,
+    best: ArchiveEntry,
+    evidence: Evidence,
+) -> dict[str, Any]:
+    seed = archive.seed
+    assert seed is not None
+    trial = next(
+        t
+        for t in study.get_trials(deepcopy=False)
+        if CandidateRecord.from_trial(t).candidate == best.id
+    )
+    run_id = CandidateRecord.from_trial(trial).mlflow_run_id
+    lines = _pull_request_lines(r, target, study, archive, best, evidence, trial.number, run_id)
     folder = type(evaluator).model_artifact
     if folder and run_id:
         try:
@@ -419,6 +430,7 @@ def _publish(
     report.write_text(message)
     if r.config.vcs.push:
         r.ws.push(r.config.vcs.push, [branch])
+    held = evidence.held_out_metrics
     if held and run_id:
         r.tracker.log_night_metrics(
             run_id, {f"held_out.{k}": float(v) for k, v in held["candidate"].items()}
