@@ -258,7 +258,7 @@ def _confirm(
         device_lock=device_lock,
     )
     try:
-        checked = _checks_before_confirmation(evaluator, ctx, cand_dir)
+        checked = _checks_before_confirmation(r, target, evaluator, ctx, cand_dir, best)
         if not checked.confirmed:
             return checked
         evidence = _measure_win(r, target, evaluator, ctx, cand_dir, seed_dir, seed, best)
@@ -268,10 +268,13 @@ def _confirm(
             shutil.rmtree(d, ignore_errors=True)
 
 
-def _checks_before_confirmation(evaluator: Evaluator, ctx: Any, cand_dir: Path) -> Evidence:
-    """The one place where a would-be winner is checked before it is measured against the
-    seed: the kind's final check (a program it finds wrong is ``wrong``: the next of its
-    structure is tried). Further checks of the program itself go here."""
+def _checks_before_confirmation(r: Run, target: TargetSpec, evaluator: Evaluator, ctx: Any,
+                                cand_dir: Path, best: ArchiveEntry) -> Evidence:
+    """The one place where a would-be winner (``best``, its files in ``cand_dir``) is
+    checked before it is measured against the seed: the kind's final check (a program it
+    finds wrong is ``wrong``: the next of its structure is tried). Further checks of the
+    program itself (re-running it in a fresh process, say) go here, each answering an
+    Evidence that is not ``confirmed`` when it fails."""
     final = evaluator.final_check(cand_dir, ctx)
     if final is not None and not final.ok:
         return Evidence(False, f"final check: {final.reason[:300]}", wrong=True)
