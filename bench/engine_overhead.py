@@ -9,8 +9,9 @@ repository and reports, per candidate of the search:
   issue's target is 20 ms or less, at N=100 and at N=1000 candidates in the study, flat in
   N: the figures are medians over the first 100 candidates and over the last 100 of a
   night of ``--candidates`` (1000 gives both).
-- ``critical_cpu``: the same in the loop thread's CPU time, which other processes on a
-  shared machine do not inflate (the sqlite and git waits are not in it).
+- ``critical_cpu``: the same in the process's CPU time (the serial loop's proposing,
+  evaluating and recording threads and the writer), which other processes on a shared
+  machine do not inflate (the sqlite and git waits are not in it).
 - ``engine_overhead``: what the night's summary counts (admission and recording only).
 - ``writer``: the background writer's time per candidate (MLflow run, diff, folder
   removal), which runs beside the loop and is not on its path unless the queue is full.
@@ -43,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from evaluators.function import toy  # noqa: E402
-from optimizer import loop, night  # noqa: E402
+from optimizer import candidate, loop, night, scheduler  # noqa: E402
 from optimizer.config import load_experiment  # noqa: E402
 from optimizer.proposers import make_proposer  # noqa: E402
 
@@ -66,23 +67,24 @@ def night_overhead(n: int) -> dict[str, Any]:
     writer_s: list[float] = []
     searching = [False]
 
-    next_job, evaluate, submit = loop._next_job, loop.evaluate_candidate, night.Writer.submit
+    next_job, evaluate = scheduler.Scheduler.next_job, candidate.evaluate_candidate
+    submit = night.Writer.submit
 
     def timed_next_job(*a: Any, **k: Any) -> Any:
         if searching[0]:
             iters.append([time.perf_counter(), 0.0, 0.0, 0])
-            cpu.append([time.thread_time(), 0.0, 0.0])
+            cpu.append([time.process_time(), 0.0, 0.0])
         return next_job(*a, **k)
 
     def timed_evaluate(*a: Any, **k: Any) -> Any:
-        t0, c0 = time.perf_counter(), time.thread_time()
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             return evaluate(*a, **k)
         finally:
             if searching[0] and iters:
                 iters[-1][2] += time.perf_counter() - t0
                 iters[-1][3] += 1
-                cpu[-1][2] += time.thread_time() - c0
+                cpu[-1][2] += time.process_time() - c0
 
     def timed_steps(steps: Any) -> Any:
         while True:
@@ -105,7 +107,7 @@ def night_overhead(n: int) -> dict[str, Any]:
             return timed_steps(value) if inspect.isgenerator(value) else value
         return submit(self, timed, first)
 
-    search = loop._search
+    search = scheduler.Scheduler.run
 
     def timed_search(*a: Any, **k: Any) -> Any:
         searching[0] = True
@@ -113,10 +115,11 @@ def night_overhead(n: int) -> dict[str, Any]:
             return search(*a, **k)
         finally:
             searching[0] = False
-            ended[:] = [time.perf_counter(), time.thread_time()]
+            ended[:] = [time.perf_counter(), time.process_time()]
 
-    loop._next_job, loop.evaluate_candidate = timed_next_job, timed_evaluate  # type: ignore
-    loop._search = timed_search  # type: ignore[assignment]
+    scheduler.Scheduler.next_job = timed_next_job  # type: ignore[method-assign]
+    candidate.evaluate_candidate = timed_evaluate  # type: ignore[assignment]
+    scheduler.Scheduler.run = timed_search  # type: ignore[method-assign]
     night.Writer.submit = timed_submit  # type: ignore[method-assign]
     with tempfile.TemporaryDirectory() as tmp:
         repo = toy.make_toy_repo(Path(tmp) / "repo")
@@ -129,13 +132,13 @@ def night_overhead(n: int) -> dict[str, Any]:
         plain_propose = proposer.propose
 
         def timed_propose(context: Any) -> Any:
-            t0, c0 = time.perf_counter(), time.thread_time()
+            t0, c0 = time.perf_counter(), time.process_time()
             try:
                 return plain_propose(context)
             finally:
                 if searching[0] and iters:
                     iters[-1][1] += time.perf_counter() - t0
-                    cpu[-1][1] += time.thread_time() - c0
+                    cpu[-1][1] += time.process_time() - c0
 
         proposer.propose = timed_propose  # type: ignore[method-assign]
         start = time.perf_counter()

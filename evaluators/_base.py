@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from optimizer import syntax
-from optimizer.records import CandidateState, EvalResult, Outputs
+from optimizer.records import CandidateState, Confirmation, EvalResult, Outputs
 from optimizer.targets import TargetSpec
 
 
@@ -195,18 +195,19 @@ class Evaluator(ABC):
         """Environment variables of this kind's sandboxed processes on ``device``."""
         return {}
 
-    def confirmation(self) -> str:
-        """``"paired"``: a winner is confirmed by interleaved measurements of candidate and
-        seed and a bootstrap interval (``compare``); ``"exact"``: by exact values, then the
+    def confirmation(self) -> Confirmation:
+        """``PAIRED``: a winner is confirmed by interleaved measurements of candidate and
+        seed and a bootstrap interval (``compare``); ``EXACT``: by exact values, then the
         held-out workload (``held_out``)."""
-        return "paired" if self.target.noise == "timing" else "exact"
+        return Confirmation.PAIRED if self.target.noise == "timing" else Confirmation.EXACT
 
     def confirmation_evaluations(self, repeats: int) -> float:
         """What confirming a winner costs, in evaluations of a candidate (the engine keeps
         that much of a target's time for its winner): ``repeats`` interleaved pairs of
         candidate and seed for a ``"paired"`` confirmation, the two held-out runs for an
         ``"exact"`` one. A kind whose comparison times many pairs in one call says less."""
-        return 2.0 * repeats if self.confirmation() == "paired" else 2.0
+        paired = Confirmation(self.confirmation()) is Confirmation.PAIRED
+        return 2.0 * repeats if paired else 2.0
 
     def outputs(self, result: EvalResult, io_dir: Path) -> Outputs:
         """Curves and files of an evaluation to log besides its metrics."""

@@ -313,9 +313,13 @@ def _knob_files(files: Mapping[str, str]) -> list[str]:
 
 def knobs_of_files(files: Mapping[str, str]) -> dict[str, Knob]:
     """Knobs of every ``.py`` file by name; the same name in two files is a KnobError."""
+    return _by_name({path: _scan(files[path], path) for path in _knob_files(files)})
+
+
+def _by_name(sites: Mapping[str, tuple[_Site, ...]]) -> dict[str, Knob]:
     out: dict[str, Knob] = {}
-    for path in _knob_files(files):
-        for knob in parse_knobs(files[path], path):
+    for path in sorted(sites):
+        for knob in (site.knob for site in sites[path]):
             if knob.name in out:
                 first = out[knob.name]
                 raise KnobError(
@@ -399,7 +403,11 @@ def _splice(source: str, sites: Iterable[_Site], texts: Mapping[str, str]) -> st
 
 def substitute(source: str, values: Mapping[str, Any], file: str = "<source>") -> str:
     """``source`` with each named knob's literal replaced; every other byte is kept."""
-    sites = _scan(source, file)
+    return _substituted(source, _scan(source, file), values, file)
+
+
+def _substituted(source: str, sites: tuple[_Site, ...], values: Mapping[str, Any],
+                 file: str) -> str:
     by_name = {site.knob.name: site.knob for site in sites}
     unknown = sorted(set(values) - set(by_name))
     if unknown:
@@ -438,14 +446,62 @@ def structure_key(files: Mapping[str, str]) -> str:
     Two candidates that differ only in knob values share a key; re-ranging a knob or
     changing any other byte gives a new one.
     """
+    return _structure(files, {path: _scan(files[path], path) for path in _knob_files(files)})
+
+
+def _structure(files: Mapping[str, str], sites: Mapping[str, tuple[_Site, ...]]) -> str:
     h = hashlib.sha256()
     for path in sorted(files):
         source = files[path]
-        if path.endswith(".py"):
-            sites = _scan(source, path)
-            source = _splice(source, sites, {site.knob.name: "_" for site in sites})
+        if path in sites:
+            mine = sites[path]
+            source = _splice(source, mine, {site.knob.name: "_" for site in mine})
         h.update(path.encode())
         h.update(b"\0")
         h.update(source.encode())
         h.update(b"\0")
     return h.hexdigest()[:12]
+
+
+# ------------------------------------------------------------------- a program's knobs
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A program's knobs, parsed once: what a candidate's life needs of them (the values
+    written, Optuna's distributions, the structure key, the sources with other values).
+    Make one with :func:`declared`."""
+
+    files: Mapping[str, str]
+    knobs: Mapping[str, Knob]  # by name
+    sites: Mapping[str, tuple[_Site, ...]]  # by .py file
+    structure: str
+
+    @property
+    def values(self) -> dict[str, Any]:
+        """The values written in the sources, by knob name."""
+        return {name: knob.default for name, knob in self.knobs.items()}
+
+    def distributions(self) -> dict[str, BaseDistribution]:
+        return distributions(self.knobs.values())
+
+    def substitute(self, values: Mapping[str, Any]) -> dict[str, str]:
+        """Every file with ``values`` written in; a name unknown here: KnobError."""
+        unknown = sorted(set(values) - set(self.knobs))
+        if unknown:
+            raise KnobError(f"no knob named {', '.join(unknown)} in these files; known: "
+                            f"{sorted(self.knobs) or 'none'}")
+        out = dict(self.files)
+        for path, sites in self.sites.items():
+            mine = {name: v for name, v in values.items() if self.knobs[name].file == path}
+            if mine:
+                out[path] = _substituted(self.files[path], sites, mine, path)
+        return out
+
+
+def declared(files: Mapping[str, str]) -> Declared:
+    """The knobs of ``files``, each source parsed once; KnobError on a bad declaration
+    (the same name in two files included)."""
+    sites = {path: _scan(files[path], path) for path in _knob_files(files)}
+    return Declared(files=dict(files), knobs=_by_name(sites), sites=sites,
+                    structure=_structure(files, sites))

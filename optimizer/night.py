@@ -13,17 +13,25 @@ import inspect
 import json
 import logging
 import threading
-from collections.abc import Callable, Generator, Iterator
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
+import optuna
+
+from optimizer import search
 from optimizer.accounting import Ledger
+from optimizer.archive import Archive
 from optimizer.budget import Budget
 from optimizer.config import ExperimentConfig
 from optimizer.errors import OptimizerError
 from optimizer.proposers._base import Proposer
+from optimizer.records import SEED_ID, EvalResult, Proposal
+from optimizer.targets import TargetSpec
 from optimizer.tracking import Tracker
 from optimizer.vcs import Workspace
 
@@ -217,6 +225,78 @@ class Writer:
         self._thread.join()
 
 
+class LaneView(Protocol):
+    """What a :class:`Coordination` sees of a target's lane (``optimizer.lane.Lane``)."""
+
+    @property
+    def target(self) -> TargetSpec: ...
+
+    archive: Archive
+    names: search.ParamNames
+
+
+Outputs = Callable[[str, EvalResult, Path], None]
+
+
+class Coordination(ABC):
+    """What the engine asks where other processes may share its night: one process
+    (``optimizer.coordination.Alone``) or workers sharing Optuna's storage
+    (``optimizer.worker.Shared``); the engine never asks which one it has. The contract,
+    which ``optimizer.testing.coordination`` checks on both:
+
+    - :meth:`open_target`: the target's trials a killed process left behind are recorded
+      (``optimizer.resume.recover_trial``) and the archive holds the study's candidates;
+    - :meth:`claim`: a new program gets a fresh candidate id, a known one names the
+      candidate it duplicates; ids never repeat; :meth:`claim_id` an id for a program-less
+      (rejected) proposal;
+    - :meth:`next_job`: a program to evaluate before proposing (a lost worker's
+      candidate run again), or None;
+    - :meth:`claim_winners`: the targets whose winners this process selects now, and
+      those another does."""
+
+    one_writer: bool = True  # only this process writes the studies (Optuna may cache them)
+
+    @abstractmethod
+    def study_storage(self, r: Run) -> str | optuna.storages.RDBStorage:
+        """The Optuna storage the targets' studies live in."""
+
+    @abstractmethod
+    def open_target(self, r: Run, study: optuna.Study, target: TargetSpec, archive: Archive,
+                    outputs: Outputs) -> None:
+        """A target's study opens: its left-behind trials recorded, its archive loaded."""
+
+    @abstractmethod
+    def claim(self, lane: LaneView, proposal: Proposal, trial: Any, digest: str,
+              files: dict[str, str], values: dict[str, Any], structure: str,
+              known: str | None) -> tuple[str | None, str]:
+        """(the candidate that has this content, "") or (None, the id of a new one);
+        ``known`` is the candidate this process knows with the content, if any."""
+
+    def claim_id(self, lane: LaneView, proposal: Proposal, trial: Any) -> str:
+        """A candidate id for a rejected proposal (no content to claim)."""
+        return local_id(lane.archive, proposal)
+
+    def next_job(self, r: Run, lane: LaneView) -> Proposal | None:
+        """A program to evaluate before proposing another, or None."""
+        return None
+
+    def searched(self, lanes: Sequence[Any]) -> None:
+        """This process's search of ``lanes``' targets is over."""
+        return None
+
+    def claim_winners(self, r: Run, lanes: list[Any], at_most: int,
+                      rerun: Callable[[Any, Proposal], Any]) -> tuple[list[Any], list[Any]]:
+        """(the lanes whose winners this process selects now, at most ``at_most`` (one
+        process takes every lane when several may be selected at once: they take turns at
+        the slots); the lanes whose winners are another's)."""
+        return (lanes if at_most > 1 else lanes[:1]), []
+
+
+def local_id(archive: Archive, proposal: Proposal) -> str:
+    """The next candidate id of one process's archive (the seed's for the seed)."""
+    return SEED_ID if proposal.proposer == "seed" else archive.next_id()
+
+
 @dataclass
 class Run:
     """Handles shared by every target of one invocation (not a god object: no logic)."""
@@ -230,7 +310,8 @@ class Run:
     summary: RunSummary
     say: Callable[[str], None]
     writer: Writer  # MLflow runs and clean-up, off the loop's path
-    shared: Any = None  # `optimizer worker`: claims and refreshes (optimizer.worker.Shared)
+    # one process (coordination.Alone), or `optimizer worker`'s claims (worker.Shared)
+    coordination: Coordination
 
 
 def night_metrics(summary: RunSummary, ledger: Ledger) -> dict[str, float]:

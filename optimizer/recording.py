@@ -23,6 +23,7 @@ import logging
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from optuna.trial import TrialState
 
 from optimizer import search
 from optimizer.night import Run
-from optimizer.records import Candidate, CandidateRecord, CandidateState, EvalResult
+from optimizer.records import Candidate, CandidateRecord, CandidateState, EvalResult, Proposal
 from optimizer.targets import TargetSpec
 
 log = logging.getLogger("optimizer.loop")
@@ -44,53 +45,60 @@ def start_run(r: Run, cand: Candidate, branch: str, trial_number: int) -> Future
         trial_number=trial_number), first=True)
 
 
-def save(
-    r: Run,
-    target: TargetSpec,
-    study: optuna.Study,
-    trial: optuna.trial.Trial,
-    record: CandidateRecord,
-    cand: Candidate,
-    result: EvalResult,
-    *,
-    prompt: str = "",
-    response: str = "",
-    eval_log: str = "",
-    outputs: Callable[[str], None] | None = None,
-    io_dir: Path | None = None,
-    run: Future[str] | None = None,
-    cleanup: Callable[[], None] | None = None,
-    guard: Callable[[str], AbstractContextManager[Any]] | None = None,
-) -> CandidateRecord:
-    """Finish ``cand`` in git, MLflow and Optuna, in that order; returns the final record.
+@dataclass
+class InFlight:
+    """One candidate between its admission and its record: everything :func:`save` needs.
 
-    ``run`` is the candidate's MLflow run from :func:`start_run` (one is started here
-    without it). ``outputs(run_id)`` logs what the evaluation left besides metrics in
-    ``io_dir``, and ``cleanup()`` removes the candidate's folder: both run in the writer
-    after the run's contents. A candidate without a branch (a rejected proposal: no code)
-    skips the git step. ``guard(store)`` is held around each store's step ("git",
-    "optuna"): the concurrent search records one candidate while another is admitted.
-    """
+    ``run`` is its MLflow run from :func:`start_run` (one is started by :func:`save`
+    without it); ``proposal`` gives the prompt and response logged with it. ``outputs(run_id)``
+    logs what the evaluation left besides metrics in ``io_dir``, and ``cleanup()`` removes
+    the candidate's folder: both run in the writer after the run's contents. A candidate
+    without a branch (a rejected proposal: no code) skips the git step."""
+
+    target: TargetSpec
+    study: optuna.Study
+    trial: Any
+    cand: Candidate
+    record: CandidateRecord
+    proposal: Proposal | None = None
+    run: Future[str] | None = None
+    cand_dir: Path | None = None  # its worktree, where it is evaluated
+    io_dir: Path | None = None
+    outputs: Callable[[str], None] | None = None
+    cleanup: Callable[[], None] | None = None
+    admitted_s: float = 0.0  # the engine's time to admit it
+
+
+def save(r: Run, flight: InFlight, result: EvalResult, eval_log: str = "",
+         guard: Callable[[str], AbstractContextManager[Any]] | None = None,
+         ) -> CandidateRecord:
+    """Finish ``flight``'s candidate in git, MLflow and Optuna, in that order; returns the
+    final record. ``guard(store)`` is held around each store's step ("git", "optuna"):
+    the concurrent search records one candidate while another is admitted."""
     hold = guard or (lambda store: contextlib.nullcontext())
+    target, trial, cand, record = flight.target, flight.trial, flight.cand, flight.record
     commit = ""
     if record.branch:
         with hold("git"):
             commit = r.ws.annotate(target.name, cand.id, commit_message(target, cand, result))
-    run_id = r.writer.result(run or start_run(r, cand, record.branch, trial.number))
+    run_id = r.writer.result(flight.run or start_run(r, cand, record.branch, trial.number))
     final = record.finished(result, commit, run_id)
     pending = pending_path(r, target, cand.id)
     pending.parent.mkdir(parents=True, exist_ok=True)
-    texts = {"prompt": prompt, "response": response, "eval_log": eval_log}
+    proposal = flight.proposal
+    texts = {"prompt": proposal.prompt if proposal else "",
+             "response": proposal.response if proposal else "", "eval_log": eval_log}
     pending.write_text(json.dumps({
         "trial": trial.number, "run_id": run_id, "branch": record.branch, "commit": commit,
         "candidate": {"id": cand.id, "parent": cand.parent_id, "proposer": cand.proposer,
                       "files": dict(cand.files), "knobs": dict(cand.knobs),
                       "content_hash": cand.content_hash, "summary": cand.summary},
-        "result": result.to_json(), "io_dir": str(io_dir or ""), **texts,
+        "result": result.to_json(), "io_dir": str(flight.io_dir or ""), **texts,
     }))
     with hold("optuna"):
         write_attrs(trial, final, before_tell=True)  # one transaction with the tell
-        tell(study, trial, result)
+        tell(flight.study, trial, result)
+    outputs, cleanup = flight.outputs, flight.cleanup
     r.writer.submit(lambda: _finish_steps(r, target.rel_path, cand, final, result, texts,
                                           outputs, cleanup, pending))
     return final
@@ -151,8 +159,10 @@ def finish_pending(
             path.unlink()
             continue
         c = data["candidate"]
-        cand = Candidate(c["id"], target.name, c["parent"], c["proposer"], c["files"],
-                         c["knobs"], c["content_hash"], c["summary"], record.structure)
+        cand = Candidate(id=c["id"], target=target.name, parent_id=c["parent"],
+                         proposer=c["proposer"], files=c["files"], knobs=c["knobs"],
+                         content_hash=c["content_hash"], summary=c["summary"],
+                         structure=record.structure)
         result = EvalResult.from_json(data["result"])
         io_dir = Path(data["io_dir"]) if data.get("io_dir") else None
         out = None

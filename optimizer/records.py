@@ -26,6 +26,15 @@ def program_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
     return {k: v for k, v in metrics.items() if not k.startswith(COST_METRIC_PREFIXES)}
 
 
+class Confirmation(enum.StrEnum):
+    """What confirms a kind's winner (``Evaluator.confirmation``): ``PAIRED`` interleaved
+    measurements of candidate and seed and a bootstrap interval; ``EXACT`` exact values,
+    then the held-out workload. A kind may still answer with the plain string."""
+
+    PAIRED = "paired"
+    EXACT = "exact"
+
+
 class CandidateState(enum.Enum):
     """Life cycle of a candidate (like Optuna's TrialState, with reasons kept elsewhere)."""
 
@@ -131,8 +140,10 @@ class Proposal:
     edits; the proposer uses :mod:`optimizer.edits` to apply them strictly). Knob
     declarations in those files define the space Optuna samples. ``fixed_knobs`` pins
     knob values (e.g. an AST mutation that only wants one structure evaluated as-is).
-    ``rejected`` is a reason when the proposal is unusable (bad edit, empty answer): the
-    loop records a REJECTED candidate and feeds the reason back.
+    ``fixed_as_written`` pins every knob to the value written in the files (the seed, a
+    start, a reduced program: :meth:`as_written`). ``rejected`` is a reason when the
+    proposal is unusable (bad edit, empty answer): the loop records a REJECTED candidate
+    and feeds the reason back.
     """
 
     proposer: str
@@ -144,6 +155,13 @@ class Proposal:
     response: str = ""
     usage: Usage = field(default_factory=Usage)
     rejected: str | None = None
+    fixed_as_written: bool = False
+
+    @classmethod
+    def as_written(cls, proposer: str, parent_id: str | None, files: Mapping[str, str],
+                   summary: str) -> Proposal:
+        """A program evaluated with the knob values written in it."""
+        return cls(proposer, parent_id, files, summary, fixed_as_written=True)
 
 
 def candidate_id(number: int) -> str:

@@ -4,8 +4,9 @@ the archive (with every content hash) from the studies and branches."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -14,7 +15,7 @@ from optimizer import search
 from optimizer.archive import Archive
 from optimizer.errors import OptimizerError
 from optimizer.night import Run
-from optimizer.recording import finish_pending, save, write_attrs
+from optimizer.recording import InFlight, finish_pending, running_message, save, write_attrs
 from optimizer.records import (
     SEED_ID,
     ArchiveEntry,
@@ -37,56 +38,95 @@ def recover_interrupted(
     the MLflow runs of told candidates that the writer had not finished (``outputs`` logs
     what their evaluations left, where it is still on disk)."""
     for frozen in search.running_trials(study):
-        record = CandidateRecord.from_trial(frozen)
-        if record.complete:  # evaluated and logged; only the tell was lost
-            if record.state is CandidateState.VALID and record.objectives:
-                study.tell(frozen.number, list(record.objectives))
-            else:
-                study.tell(frozen.number, state=TrialState.FAIL)
-            continue
-        trial = search.live_trial(study, frozen.number)
-        result = EvalResult(CandidateState.FAILED, INTERRUPTED, "interrupted")
-        if not record.candidate:  # killed between ask and naming it: no branch, no run
-            write_attrs(trial, dataclasses.replace(record, state=result.state, reason=INTERRUPTED))
-            study.tell(frozen.number, state=TrialState.FAIL)
-            continue
-        cid = record.candidate
-        has_branch = cid in r.ws.candidate_ids(target.name)
-        files = (
-            r.ws.read_files(target.name, cid, target.rel_path, target.editable)
-            if has_branch
-            else {}
-        )
-        cand = Candidate(
-            cid,
-            target.name,
-            record.parent,
-            record.proposer,
-            files,
-            dict(frozen.params),
-            record.content_hash,
-            record.summary,
-            record.structure,
-        )
-        branch = r.ws.candidate_branch(target.name, cid) if has_branch else ""
-        # Killed while or after logging the candidate in MLflow (in the concurrent loop
-        # the recorder logs one while the slots evaluate others; the trial names its run
-        # only after it is logged): that run goes, so the candidate keeps exactly one.
-        r.tracker.drop_candidate_runs(target.name, cid)
-        save(r, target, study, trial, dataclasses.replace(record, branch=branch), cand, result)
-        if has_branch:
-            try:
-                r.ws.remove_worktree(target.name, cid)
-            except OptimizerError:
-                pass
-        r.say(f"[{target.name}] {cid} marked FAILED: {INTERRUPTED}")
+        cand = recover_trial(r, study, target, frozen, INTERRUPTED)
+        if cand is not None:
+            r.say(f"[{target.name}] {cand.id} marked FAILED: {INTERRUPTED}")
     r.writer.flush()
     for cid in finish_pending(r, study, target, outputs):
         r.say(f"[{target.name}] {cid}: its MLflow run finished from the pending record")
-    _drop_leftover_worktrees(r, target)
+    drop_leftover_worktrees(r, target)
 
 
-def _drop_leftover_worktrees(r: Run, target: TargetSpec) -> None:
+def recover_trial(r: Run, study: optuna.Study, target: TargetSpec, frozen: Any, reason: str,
+                  claimed: Mapping[str, Any] | None = None) -> Candidate | None:
+    """One trial its process left RUNNING, recorded in all three stores: a killed run's
+    (``reason`` is INTERRUPTED; its program is on this checkout's branch) or a lost
+    worker's (WORKER_LOST; ``claimed`` is its claim: program, knobs, lineage). A record
+    that was complete is told its result; a trial that never named a candidate is FAILED;
+    any other candidate is FAILED with ``reason``, with one MLflow run (one its process
+    began is dropped) and its branch. Returns that candidate (None in the other cases)."""
+    live = search.live_trial(study, frozen.number)
+    record = CandidateRecord.from_trial(frozen)
+    if record.complete:  # evaluated and logged; only the tell was lost
+        if record.state is CandidateState.VALID and record.objectives:
+            study.tell(live, list(record.objectives))
+        else:
+            study.tell(live, state=TrialState.FAIL)
+        return None
+    cid = record.candidate or str((claimed or {}).get("candidate", ""))
+    if not cid:  # stopped between ask and naming it: no branch, no run
+        write_attrs(live, dataclasses.replace(record, state=CandidateState.FAILED,
+                                              reason=reason))
+        study.tell(live, state=TrialState.FAIL)
+        return None
+    cand, record = (_left_here(r, target, frozen, record) if claimed is None
+                    else _left_by_a_lost_worker(r, target, cid, record, claimed))
+    # Killed while or after logging the candidate in MLflow (in the concurrent loop the
+    # recorder logs one while the slots evaluate others; the trial names its run only
+    # after it is logged): that run goes, so the candidate keeps exactly one.
+    r.tracker.drop_candidate_runs(target.name, cid)
+    stage = "interrupted" if claimed is None else "worker lost"
+    save(r, InFlight(target=target, study=study, trial=live, cand=cand, record=record,
+                     cleanup=_remover(r, target, cid) if record.branch else None),
+         EvalResult(CandidateState.FAILED, reason, stage))
+    return cand
+
+
+def _left_here(r: Run, target: TargetSpec, frozen: Any, record: CandidateRecord,
+               ) -> tuple[Candidate, CandidateRecord]:
+    """A killed run's candidate: its program from its branch, when it has one."""
+    cid = record.candidate
+    has_branch = cid in r.ws.candidate_ids(target.name)
+    files = (r.ws.read_files(target.name, cid, target.rel_path, target.editable)
+             if has_branch else {})
+    cand = Candidate(id=cid, target=target.name, parent_id=record.parent,
+                     proposer=record.proposer, files=files, knobs=dict(frozen.params),
+                     content_hash=record.content_hash, summary=record.summary,
+                     structure=record.structure)
+    branch = r.ws.candidate_branch(target.name, cid) if has_branch else ""
+    return cand, dataclasses.replace(record, branch=branch)
+
+
+def _left_by_a_lost_worker(r: Run, target: TargetSpec, cid: str, record: CandidateRecord,
+                           claimed: Mapping[str, Any]) -> tuple[Candidate, CandidateRecord]:
+    """A lost worker's candidate: its program from its claim, on a branch made here (and
+    pushed to the remote as it is annotated)."""
+    cand = Candidate(id=cid, target=target.name,
+                     parent_id=claimed.get("parent", record.parent),
+                     proposer=str(claimed.get("proposer", record.proposer)),
+                     files=dict(claimed.get("files") or {}),
+                     knobs=dict(claimed.get("knobs") or {}),
+                     content_hash=str(claimed.get("content_hash", record.content_hash)),
+                     summary=str(claimed.get("summary", record.summary)),
+                     structure=str(claimed.get("structure", record.structure)))
+    fresh = CandidateRecord.of(cand)
+    if cand.files:
+        r.ws.create_candidate(target.rel_path, target.name, cid, cand.files,
+                              running_message(target, cand))
+        fresh = dataclasses.replace(fresh, branch=r.ws.candidate_branch(target.name, cid))
+    return cand, fresh
+
+
+def _remover(r: Run, target: TargetSpec, cid: str) -> Callable[[], None]:
+    def remove() -> None:
+        try:
+            r.ws.remove_worktree(target.name, cid)
+        except OptimizerError:
+            pass
+    return remove
+
+
+def drop_leftover_worktrees(r: Run, target: TargetSpec) -> None:
     """Worktrees a killed night left behind: a candidate recorded (or told) before its
     worktree was removed is no RUNNING trial, yet its folder stays. Nothing of the target
     is in flight here (one night per experiment at a time), so every one goes, unless

@@ -44,7 +44,7 @@ def collect_status(config: ExperimentConfig) -> dict[str, Any]:
         "winners": 0,
     }
     consistent = True
-    from optimizer.worker import remote_candidate_ids, worker_rows, workers_study
+    from optimizer.shared_stores import remote_candidate_ids, worker_rows, workers_study
 
     shared = workers_study(config.name) in studies  # workers' branches are on the remote
     remote_ids = remote_candidate_ids(ws, config.vcs.push) if shared and config.vcs.push else None
@@ -65,29 +65,7 @@ def collect_status(config: ExperimentConfig) -> dict[str, Any]:
         with_code: set[str] = set()
         if study_name in studies:
             study = optuna.load_study(study_name=study_name, storage=storage)
-            trials = study.get_trials(deepcopy=False)
-            t["trials"] = len(trials)
-            for tr in trials:
-                state = tr.user_attrs.get("state", "UNKNOWN")
-                if state == "DUPLICATE":
-                    t["duplicates"] += 1
-                    continue
-                if state == "CONSTRAINED":  # knob values the target rules out: not run
-                    t["constrained"] = t.get("constrained", 0) + 1
-                    continue
-                cid = tr.user_attrs.get("candidate")
-                if cid:
-                    cand_ids.add(cid)
-                    if tr.user_attrs.get("branch"):
-                        with_code.add(cid)
-                t["states"][state] = t["states"].get(state, 0) + 1
-            t["candidates"] = len(cand_ids)
-            valid = [tr for tr in trials if tr.user_attrs.get("state") == "VALID" and tr.values]
-            if valid:
-                sign = 1 if study.directions[0] == optuna.study.StudyDirection.MINIMIZE else -1
-                b = min(valid, key=lambda tr: sign * tr.values[0])
-                t["best"] = {"candidate": b.user_attrs.get("candidate"), "value": b.values[0]}
-            t["winner"] = study.user_attrs.get("winner")
+            cand_ids, with_code = _count_trials(study, t)
         branch_ids = set(ws.candidate_ids(name) if remote_ids is None
                          else remote_ids.get(name, ()))
         run_ids = runs.get(name, set())
@@ -105,6 +83,39 @@ def collect_status(config: ExperimentConfig) -> dict[str, Any]:
     if remote_ids is not None:
         out["pull_branches"] = sorted(remote_ids.get("/pr/", ()))
     return out
+
+
+def _count_trials(study: Any, t: dict[str, Any]) -> tuple[set[str], set[str]]:
+    """A target's study counted into ``t`` (trials, duplicates, states, best, winner);
+    returns its candidate ids and those with a branch."""
+    import optuna
+
+    cand_ids: set[str] = set()
+    with_code: set[str] = set()
+    trials = study.get_trials(deepcopy=False)
+    t["trials"] = len(trials)
+    for tr in trials:
+        state = tr.user_attrs.get("state", "UNKNOWN")
+        if state == "DUPLICATE":
+            t["duplicates"] += 1
+            continue
+        if state == "CONSTRAINED":  # knob values the target rules out: not run
+            t["constrained"] = t.get("constrained", 0) + 1
+            continue
+        cid = tr.user_attrs.get("candidate")
+        if cid:
+            cand_ids.add(cid)
+            if tr.user_attrs.get("branch"):
+                with_code.add(cid)
+        t["states"][state] = t["states"].get(state, 0) + 1
+    t["candidates"] = len(cand_ids)
+    valid = [tr for tr in trials if tr.user_attrs.get("state") == "VALID" and tr.values]
+    if valid:
+        sign = 1 if study.directions[0] == optuna.study.StudyDirection.MINIMIZE else -1
+        b = min(valid, key=lambda tr: sign * tr.values[0])
+        t["best"] = {"candidate": b.user_attrs.get("candidate"), "value": b.values[0]}
+    t["winner"] = study.user_attrs.get("winner")
+    return cand_ids, with_code
 
 
 def _mlflow_candidates(config: ExperimentConfig) -> dict[str, set[str]]:

@@ -4,12 +4,14 @@ branches whose message is the evidence."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
 import shutil
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,13 @@ from optimizer.archive import Archive
 from optimizer.evaluation import device_for, fresh_context
 from optimizer.minimize import Evaluate, Gate, reduce
 from optimizer.night import Run
-from optimizer.records import ArchiveEntry, CandidateRecord, CandidateState, program_metrics
+from optimizer.records import (
+    ArchiveEntry,
+    CandidateRecord,
+    CandidateState,
+    Confirmation,
+    program_metrics,
+)
 from optimizer.sandbox import Sandbox
 from optimizer.targets import TargetSpec
 
@@ -39,33 +47,71 @@ def _materialize(r: Run, target: TargetSpec, entry: ArchiveEntry) -> Path:
     return folder
 
 
-def select_winner(
-    r: Run,
-    target: TargetSpec,
-    evaluator: Evaluator,
-    sandbox: Sandbox,
-    study: optuna.Study,
-    archive: Archive,
-    evaluate: Evaluate | None = None,
-    deadline: float = math.inf,
-    max_trials: int = 0,
-    device_lock: Any = None,
-    lock: Any = None,
-    alone: Any = None,
-) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Evidence:
+    """What a confirmation found: whether it confirms the win, its headline, and the
+    figures behind it (the paired interval, or the exact and held-out gains); a winner's
+    pull branch and its record carry it (:meth:`to_json`)."""
+
+    confirmed: bool
+    headline: str
+    wrong: bool = False  # the final check found the program wrong
+    kind: str = ""  # "paired bootstrap", "exact", "exact + held-out"
+    speedup: float | None = None
+    low: float | None = None  # the paired interval's bounds and its pairs
+    high: float | None = None
+    pairs: int | None = None
+    held_out_gain: float | None = None
+    held_out_metrics: Mapping[str, Mapping[str, float]] | None = None  # "seed", "candidate"
+    final_check: str = ""  # what the kind's final check said of a program it passed
+    minimised_from: str = ""  # the contender a reduction was made of, and its steps
+    reductions: tuple[str, ...] = ()
+    minimised: str = ""  # why nothing was removed
+
+    def to_json(self) -> dict[str, Any]:
+        """The winner's record of it: the fields that say something, ``confirmed`` and
+        ``wrong`` left out."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("confirmed", "wrong") or value in (None, "", ()):
+                continue
+            if f.name == "held_out_metrics":
+                value = {k: dict(v) for k, v in value.items()}
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+
+@dataclass(frozen=True)
+class Contest:
+    """What selecting one target's winner works with: its evaluator on a sandbox, its
+    study and archive; ``evaluate`` makes a candidate of a reduced program (at most
+    ``max_trials`` of them, before ``deadline``); ``device_lock`` is the slot's timing
+    lock (the confirmation's timed phase holds it); ``lock`` is held while the winner is
+    published (others are selected meanwhile) and ``alone`` while it is confirmed (no
+    other target's evaluation runs meanwhile)."""
+
+    target: TargetSpec
+    evaluator: Evaluator
+    sandbox: Sandbox
+    study: optuna.Study
+    archive: Archive
+    evaluate: Evaluate | None = None
+    deadline: float = math.inf
+    max_trials: int = 0
+    device_lock: Any = None
+    lock: Any = None
+    alone: Any = None
+
+
+def select_winner(r: Run, c: Contest) -> dict[str, Any] | None:
     """The best candidates, confirmed against the seed: significant and held-out. A
-    contender is first reduced to a minimal change (``evaluate`` makes a candidate of a
-    reduced program, at most ``max_trials`` of them, before ``deadline``;
-    :mod:`optimizer.minimize`), and the reduction is what gets confirmed and published.
-    ``device_lock`` is the slot's timing lock (the confirmation's timed phase holds it);
-    ``lock`` is held while the winner is published (others are selected meanwhile) and
-    ``alone`` while it is confirmed (no other target's evaluation runs meanwhile)."""
-    confirm = _locked(functools.partial(_confirm, device_lock=device_lock), alone)
-    publish = _locked(_publish, lock)
+    contender is first reduced to a minimal change (:mod:`optimizer.minimize`), and the
+    reduction is what gets confirmed and published."""
+    target, archive = c.target, c.archive
     seed = archive.seed
     assert seed is not None
-    minimize = target.primary.minimize
-    contenders, tried, retries = _contenders(archive), set(), 0
+    contenders, tried, retries = _contenders(archive), set[str](), 0
     i = 0
     while i < len(contenders):
         best = contenders[i]
@@ -77,43 +123,60 @@ def select_winner(
                 f"not {target.min_gain:.0%} better than the seed ({seed.objectives[0]:.6g})"
             )
             return None
-        # reduce first (single measurements), then confirm once: the minimal program when
-        # it holds, the contender as it was otherwise
-        reduction = None
-        if evaluate is not None and max_trials > 0 and time.monotonic() < deadline:
-            gate = Gate.of(seed.objectives[0], best.objectives[0], minimize, target.min_gain)
-            base = reduction_base(archive, best)
-            reduction = reduce(evaluate, base, best, gate, max_trials=max_trials,
-                               deadline=deadline, base_label=base.proposer or "seed")
-        if reduction is not None and reduction.changed:
-            evidence = confirm(r, target, evaluator, sandbox, seed, reduction.entry)
-            if evidence.get("confirmed"):
-                r.say(f"[{target.name}] {best.id} reduced to {reduction.entry.id}: "
-                      + "; ".join(reduction.notes))
-                evidence = {**evidence, "minimised_from": best.id,
-                            "reductions": reduction.notes}
-                return _announce(r, target, publish(r, target, evaluator, study, archive,
-                                                     reduction.entry, evidence),
-                                 reduction.entry, evidence)
-            r.say(f"[{target.name}] reduction {reduction.entry.id} of {best.id} not "
-                  f"confirmed ({evidence['headline']}); confirming {best.id} as it was")
-        evidence = confirm(r, target, evaluator, sandbox, seed, best)
-        if evidence.get("confirmed"):
-            if reduction is not None and not reduction.changed:
-                evidence["minimised"] = f"nothing to remove ({reduction.trials} trial(s))"
-            return _announce(r, target, publish(r, target, evaluator, study, archive, best,
-                                                 evidence), best, evidence)
-        r.say(f"[{target.name}] {best.id} not confirmed: {evidence['headline']}")
-        if reduction is not None:
-            tried.add(reduction.entry.id)
+        won, evidence, reduced = _contend(r, c, seed, best)
+        if won is not None:
+            return won
+        tried |= reduced
         # a program its final check found wrong says nothing of the next best one of its
         # structure (a knob apart, often): that one is tried next, a few times a night
         nxt = _next_of_structure(archive, best, tried)
-        if evidence.get("wrong") and retries < FINAL_CHECK_RETRIES and nxt is not None:
+        if evidence.wrong and retries < FINAL_CHECK_RETRIES and nxt is not None:
             retries += 1
             contenders.insert(i + 1, nxt)
         i += 1
     return None
+
+
+def _contend(r: Run, c: Contest, seed: ArchiveEntry, best: ArchiveEntry,
+             ) -> tuple[dict[str, Any] | None, Evidence, set[str]]:
+    """``best`` reduced first (single measurements), then confirmed once: the minimal
+    program when it holds, the contender as it was otherwise. The winner, if any, the
+    last evidence, and the reduction tried (its id, when there was one)."""
+    target = c.target
+    confirm = _locked(functools.partial(_confirm, device_lock=c.device_lock), c.alone)
+    reduction = None
+    if c.evaluate is not None and c.max_trials > 0 and time.monotonic() < c.deadline:
+        gate = Gate.of(seed.objectives[0], best.objectives[0], target.primary.minimize,
+                       target.min_gain)
+        base = reduction_base(c.archive, best)
+        reduction = reduce(c.evaluate, base, best, gate, max_trials=c.max_trials,
+                           deadline=c.deadline, base_label=base.proposer or "seed")
+    if reduction is not None and reduction.changed:
+        evidence = confirm(r, target, c.evaluator, c.sandbox, seed, reduction.entry)
+        if evidence.confirmed:
+            r.say(f"[{target.name}] {best.id} reduced to {reduction.entry.id}: "
+                  + "; ".join(reduction.notes))
+            evidence = dataclasses.replace(evidence, minimised_from=best.id,
+                                           reductions=tuple(reduction.notes))
+            return _won(r, c, reduction.entry, evidence), evidence, set()
+        r.say(f"[{target.name}] reduction {reduction.entry.id} of {best.id} not "
+              f"confirmed ({evidence.headline}); confirming {best.id} as it was")
+    evidence = confirm(r, target, c.evaluator, c.sandbox, seed, best)
+    if evidence.confirmed:
+        if reduction is not None and not reduction.changed:
+            evidence = dataclasses.replace(
+                evidence, minimised=f"nothing to remove ({reduction.trials} trial(s))")
+        return _won(r, c, best, evidence), evidence, set()
+    r.say(f"[{target.name}] {best.id} not confirmed: {evidence.headline}")
+    return None, evidence, {reduction.entry.id} if reduction is not None else set()
+
+
+def _won(r: Run, c: Contest, best: ArchiveEntry, evidence: Evidence) -> dict[str, Any]:
+    publish = _locked(_publish, c.lock)
+    winner = publish(r, c.target, c.evaluator, c.study, c.archive, best, evidence)
+    r.say(f"[{c.target.name}] winner {best.id}: {evidence.headline} -> "
+          f"{winner['pull_branch']}")
+    return winner
 
 
 def _next_of_structure(archive: Archive, entry: ArchiveEntry,
@@ -176,12 +239,6 @@ def _locked(fn: Any, lock: Any) -> Any:
     return held
 
 
-def _announce(r: Run, target: TargetSpec, winner: dict[str, Any], best: ArchiveEntry,
-              evidence: dict[str, Any]) -> dict[str, Any]:
-    r.say(f"[{target.name}] winner {best.id}: {evidence['headline']} -> {winner['pull_branch']}")
-    return winner
-
-
 def _confirm(
     r: Run,
     target: TargetSpec,
@@ -190,7 +247,10 @@ def _confirm(
     seed: ArchiveEntry,
     best: ArchiveEntry,
     device_lock: Any = None,
-) -> dict[str, Any]:
+) -> Evidence:
+    """``best`` confirmed against ``seed`` in private copies of the target: the checks
+    before the confirmation (:func:`_checks_before_confirmation`), then the measurement
+    the kind asks for."""
     cand_dir, seed_dir = _materialize(r, target, best), _materialize(r, target, seed)
     timeout_s = max(r.config.sandbox.timeout_s or target.timeout_s, 60.0) * 4
     ctx = fresh_context(
@@ -198,16 +258,27 @@ def _confirm(
         device_lock=device_lock,
     )
     try:
-        final = evaluator.final_check(cand_dir, ctx)
-        if final is not None and not final.ok:
-            return {"confirmed": False, "wrong": True,
-                    "headline": f"final check: {final.reason[:300]}"}
-        checked = {"final_check": final.reason} if final is not None and final.reason else {}
+        checked = _checks_before_confirmation(r, target, evaluator, ctx, cand_dir, best)
+        if not checked.confirmed:
+            return checked
         evidence = _measure_win(r, target, evaluator, ctx, cand_dir, seed_dir, seed, best)
-        return {**evidence, **checked}
+        return dataclasses.replace(evidence, final_check=checked.final_check)
     finally:
         for d in (cand_dir, seed_dir, ctx.io_dir, ctx.scratch):
             shutil.rmtree(d, ignore_errors=True)
+
+
+def _checks_before_confirmation(r: Run, target: TargetSpec, evaluator: Evaluator, ctx: Any,
+                                cand_dir: Path, best: ArchiveEntry) -> Evidence:
+    """The one place where a would-be winner (``best``, its files in ``cand_dir``) is
+    checked before it is measured against the seed: the kind's final check (a program it
+    finds wrong is ``wrong``: the next of its structure is tried). Further checks of the
+    program itself (re-running it in a fresh process, say) go here, each answering an
+    Evidence that is not ``confirmed`` when it fails."""
+    final = evaluator.final_check(cand_dir, ctx)
+    if final is not None and not final.ok:
+        return Evidence(False, f"final check: {final.reason[:300]}", wrong=True)
+    return Evidence(True, "", final_check=final.reason if final is not None else "")
 
 
 def _measure_win(
@@ -219,13 +290,13 @@ def _measure_win(
     seed_dir: Path,
     seed: ArchiveEntry,
     best: ArchiveEntry,
-) -> dict[str, Any]:
+) -> Evidence:
     """The confirmation the kind asks for: paired timing, or exact and held-out."""
     metric, minimize = target.primary.metric, target.primary.minimize
-    if evaluator.confirmation() == "paired":
+    if Confirmation(evaluator.confirmation()) is Confirmation.PAIRED:
         res = evaluator.compare(cand_dir, seed_dir, ctx, r.config.stats.confirm_repeats)
         if not res.ok:
-            return {"confirmed": False, "headline": f"comparison failed: {res.reason[:200]}"}
+            return Evidence(False, f"comparison failed: {res.reason[:200]}")
         ci = stats.paired_bootstrap_speedup(
             res.samples["baseline"],
             res.samples["candidate"],
@@ -239,44 +310,25 @@ def _measure_win(
             f"speedup {ci.speedup:.3f}x, {ci.confidence:.0%} CI [{ci.low:.3f}, "
             f"{ci.high:.3f}] over {ci.n} interleaved pairs (needs > {1 + target.min_gain:.2f})"
         )
-        return {
-            "confirmed": ok,
-            "headline": head,
-            "speedup": ci.speedup,
-            "low": ci.low,
-            "high": ci.high,
-            "pairs": ci.n,
-            "kind": "paired bootstrap",
-        }
+        return Evidence(ok, head, kind="paired bootstrap", speedup=ci.speedup, low=ci.low,
+                        high=ci.high, pairs=ci.n)
     gain = stats.relative_gain(seed.objectives[0], best.objectives[0], minimize=minimize)
     head = f"{metric} {seed.objectives[0]:.6g} -> {best.objectives[0]:.6g} ({gain:+.1%}, exact)"
     held_c = evaluator.held_out(cand_dir, ctx)
     held_s = evaluator.held_out(seed_dir, ctx) if held_c is not None else None
     if held_c is None or held_s is None:
-        return {
-            "confirmed": True,
-            "headline": head + "; no held-out workload for this kind",
-            "speedup": 1 + gain,
-            "kind": "exact",
-        }
+        return Evidence(True, head + "; no held-out workload for this kind", kind="exact",
+                        speedup=1 + gain)
     if not (held_c.ok and held_s.ok):
         bad = held_c if not held_c.ok else held_s
-        return {
-            "confirmed": False,
-            "headline": f"held-out evaluation failed: {bad.reason[:200]}",
-        }
+        return Evidence(False, f"held-out evaluation failed: {bad.reason[:200]}")
     hc, hs = held_c.metrics[metric], held_s.metrics[metric]
     ok = stats.exact_improvement(hs, hc, minimize=minimize, min_gain=target.min_gain)
     hgain = stats.relative_gain(hs, hc, minimize=minimize)
     head += f"; held-out {hs:.6g} -> {hc:.6g} ({hgain:+.1%})"
-    return {
-        "confirmed": ok,
-        "headline": head,
-        "speedup": 1 + gain,
-        "held_out_gain": hgain,
-        "kind": "exact + held-out",
-        "held_out_metrics": {"seed": dict(held_s.metrics), "candidate": dict(held_c.metrics)},
-    }
+    return Evidence(ok, head, kind="exact + held-out", speedup=1 + gain, held_out_gain=hgain,
+                    held_out_metrics={"seed": dict(held_s.metrics),
+                                      "candidate": dict(held_c.metrics)})
 
 
 def _metric_lines(seed: Mapping[str, float], cand: Mapping[str, float]) -> list[str]:
@@ -300,6 +352,56 @@ def _lineage(archive: Archive, entry: ArchiveEntry) -> list[ArchiveEntry]:
     return list(reversed(chain))
 
 
+def _pull_request_lines(r: Run, target: TargetSpec, study: optuna.Study, archive: Archive,
+                        best: ArchiveEntry, evidence: Evidence, trial_number: int,
+                        run_id: str) -> list[str]:
+    """The pull request's text: title, evidence, metrics, knobs, reduction, lineage and
+    records."""
+    seed = archive.seed
+    assert seed is not None
+    metric = target.primary.metric
+    change = f"{metric} {seed.objectives[0]:.4g} -> {best.objectives[0]:.4g}"
+    if evidence.kind == "paired bootstrap":
+        change += f", {evidence.speedup:.2f}x faster"
+    title = f"{target.name}: {change} ({best.id})"
+    lines = [
+        title,
+        "",
+        f"Candidate {best.id} of experiment '{r.config.name}' (night {r.summary.night}) "
+        f"improves `{target.primary.metric}` of target `{target.name}` over its seed.",
+        "",
+        "## Evidence",
+        f"- {evidence.headline}",
+        f"- Validation: passed every stage of the `{target.kind}` evaluator: static check, "
+        "correctness against the target's trusted checks, performance"
+        + (f"; before publishing, {evidence.final_check}" if evidence.final_check
+           else "") + ".",
+        "",
+        "## Metrics (seed -> candidate)",
+    ]
+    lines += _metric_lines(seed.metrics, best.metrics)
+    held = evidence.held_out_metrics
+    if held:
+        lines += ["", "## Held-out workload (seed -> candidate)"]
+        lines += _metric_lines(held["seed"], held["candidate"])
+    if best.knobs:
+        lines += ["", "## Knobs", *(f"- {k} = {v!r}" for k, v in sorted(best.knobs.items()))]
+    if evidence.reductions:
+        lines += ["", f"## Minimised (from {evidence.minimised_from}, each step re-measured)",
+                  *(f"- {note}" for note in evidence.reductions)]
+    lines += ["", "## Lineage"]
+    for e in _lineage(archive, best):
+        lines.append(f"- {e.id} ({e.proposer}): {e.summary[:160] or '-'}")
+    lines += [
+        "",
+        "## Records",
+        f"- MLflow run: {run_id} (experiment '{r.config.name}')",
+        f"- Optuna study: {study.study_name}, trial {trial_number}",
+        f"- Candidate branch: {r.ws.candidate_branch(target.name, best.id)}",
+    ]
+    return lines
+
+
 def _publish(
     r: Run,
     target: TargetSpec,
@@ -307,7 +409,7 @@ def _publish(
     study: optuna.Study,
     archive: Archive,
     best: ArchiveEntry,
-    evidence: dict[str, Any],
+    evidence: Evidence,
 ) -> dict[str, Any]:
     seed = archive.seed
     assert seed is not None
@@ -317,46 +419,7 @@ def _publish(
         if CandidateRecord.from_trial(t).candidate == best.id
     )
     run_id = CandidateRecord.from_trial(trial).mlflow_run_id
-    metric = target.primary.metric
-    change = f"{metric} {seed.objectives[0]:.4g} -> {best.objectives[0]:.4g}"
-    if evidence.get("kind") == "paired bootstrap":
-        change += f", {evidence['speedup']:.2f}x faster"
-    title = f"{target.name}: {change} ({best.id})"
-    lines = [
-        title,
-        "",
-        f"Candidate {best.id} of experiment '{r.config.name}' (night {r.summary.night}) "
-        f"improves `{target.primary.metric}` of target `{target.name}` over its seed.",
-        "",
-        "## Evidence",
-        f"- {evidence['headline']}",
-        f"- Validation: passed every stage of the `{target.kind}` evaluator: static check, "
-        "correctness against the target's trusted checks, performance"
-        + (f"; before publishing, {evidence['final_check']}" if evidence.get("final_check")
-           else "") + ".",
-        "",
-        "## Metrics (seed -> candidate)",
-    ]
-    lines += _metric_lines(seed.metrics, best.metrics)
-    held = evidence.get("held_out_metrics")
-    if held:
-        lines += ["", "## Held-out workload (seed -> candidate)"]
-        lines += _metric_lines(held["seed"], held["candidate"])
-    if best.knobs:
-        lines += ["", "## Knobs", *(f"- {k} = {v!r}" for k, v in sorted(best.knobs.items()))]
-    if evidence.get("reductions"):
-        lines += ["", f"## Minimised (from {evidence['minimised_from']}, each step re-measured)",
-                  *(f"- {note}" for note in evidence["reductions"])]
-    lines += ["", "## Lineage"]
-    for e in _lineage(archive, best):
-        lines.append(f"- {e.id} ({e.proposer}): {e.summary[:160] or '-'}")
-    lines += [
-        "",
-        "## Records",
-        f"- MLflow run: {run_id} (experiment '{r.config.name}')",
-        f"- Optuna study: {study.study_name}, trial {trial.number}",
-        f"- Candidate branch: {r.ws.candidate_branch(target.name, best.id)}",
-    ]
+    lines = _pull_request_lines(r, target, study, archive, best, evidence, trial.number, run_id)
     folder = type(evaluator).model_artifact
     if folder and run_id:
         try:
@@ -370,6 +433,7 @@ def _publish(
     report.write_text(message)
     if r.config.vcs.push:
         r.ws.push(r.config.vcs.push, [branch])
+    held = evidence.held_out_metrics
     if held and run_id:
         r.tracker.log_night_metrics(
             run_id, {f"held_out.{k}": float(v) for k, v in held["candidate"].items()}
@@ -379,7 +443,7 @@ def _publish(
         "pull_branch": branch,
         "commit": sha,
         "mlflow_run_id": run_id,
-        **{k: v for k, v in evidence.items() if k != "confirmed"},
+        **evidence.to_json(),
     }
     study.set_user_attr("winner", winner)
     return winner

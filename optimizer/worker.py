@@ -33,9 +33,7 @@ git remote. Optuna's storage is the only shared state; there is no scheduler or 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
 import json
 import logging
 import os
@@ -45,7 +43,7 @@ import time
 import uuid
 import warnings
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,223 +53,41 @@ from optuna.trial import TrialState
 from optimizer import search
 from optimizer.accounting import Ledger, Prices
 from optimizer.archive import Archive
-from optimizer.budget import Budget, StopOnSigint
+from optimizer.budget import Budget
 from optimizer.claims import Claims
 from optimizer.config import ExperimentConfig
-from optimizer.errors import ConfigError, OptimizerError, WorkspaceError
-from optimizer.night import Run, RunSummary, Writer, night_metrics
+from optimizer.errors import OptimizerError
+from optimizer.night import Coordination, LaneView, Run, RunSummary, Writer, night_metrics
 from optimizer.records import (
     WORKER_LOST,
     ArchiveEntry,
-    Candidate,
     CandidateRecord,
     CandidateState,
     EvalResult,
     Proposal,
     candidate_number,
 )
+from optimizer.resume import recover_trial
+from optimizer.shared_stores import (  # noqa: F401 - re-exported for callers
+    Night,
+    SharedStorage,
+    SharedWorkspace,
+    check_shared,
+    join_night,
+    open_storage,
+    open_tracker,
+    remote_candidate_ids,
+    worker_rows,
+    workers_study,
+)
 from optimizer.targets import TargetSpec
 from optimizer.tracking import Tracker
-from optimizer.vcs import BRANCH_ROOT, Workspace
 
 log = logging.getLogger("optimizer.worker")
 # Optuna warns that heartbeats are meant for Study.optimize: here a thread beats them
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
 _FINISHED = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
 REFRESH_S = 0.1  # the archive takes in other workers' trials at most this often
-
-
-def workers_study(experiment: str) -> str:
-    """The study that holds an experiment's nights and workers (no target's: no '/')."""
-    return f"{experiment}:workers"
-
-
-# -- settings ------------------------------------------------------------------------------
-
-
-def check_shared(config: ExperimentConfig) -> list[str]:
-    """What the workers share, checked before anything is written; returns warnings."""
-    notes = []
-    if not config.search.storage:
-        raise ConfigError(
-            "`optimizer worker` shares the night through Optuna's storage, and none is set "
-            "(the default is this checkout's own .optimizer/optuna.db). For workers on several "
-            'machines set [search] storage = "postgresql+psycopg2://user@host/db" or pass '
-            "--storage URL; for workers on this machine only, one sqlite file they all name "
-            "(--storage sqlite:////abs/path/optuna.db)", key="search.storage")
-    if not config.tracking.uri:
-        raise ConfigError(
-            "`optimizer worker` records runs in a tracking store the workers share, and none "
-            'is set. For several machines set [tracking] uri = "http://host:5000" (an '
-            "`mlflow server`) or pass --tracking-uri URI; for this machine only, "
-            "sqlite:////abs/path/mlflow.db", key="tracking.uri")
-    if not config.vcs.push:
-        raise ConfigError(
-            "`optimizer worker` pushes candidate and pull branches to a git remote the "
-            'workers share, and none is set: [vcs] push = "origin" or --remote NAME (each '
-            "worker works in its own clone of the repository)", key="vcs.push")
-    if config.search.storage.startswith("sqlite:"):
-        notes.append("the Optuna storage is a sqlite file: workers on this machine only "
-                     "(use PostgreSQL for several machines)")
-    elif config.search.storage.startswith("postgresql"):
-        try:
-            import psycopg2  # noqa: F401
-        except ImportError:
-            raise ConfigError(
-                "a postgresql:// storage needs psycopg2: pip install "
-                "'inference-optimizer[postgres]'", key="search.storage") from None
-    if not config.tracking.uri.startswith(("http://", "https://")):
-        notes.append("the tracking store is not a server: workers on this machine only")
-    return notes
-
-
-# -- the stores ----------------------------------------------------------------------------
-
-
-class SharedStorage(optuna.storages.RDBStorage):
-    """Optuna's RDB storage with heartbeats: every trial created here gets one at once
-    (Optuna never finds a trial without one stale) and is held until it is finished;
-    :class:`Heartbeat` beats the held ones."""
-
-    def __init__(self, url: str, heartbeat_s: int, grace_s: int):
-        if url.startswith("sqlite:///"):
-            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        super().__init__(url, heartbeat_interval=heartbeat_s, grace_period=grace_s)
-        self.held: dict[int, str] = {}  # trial id -> what it is, for the worker's record
-        self._held_lock = threading.Lock()
-        self._unbeaten: dict[int, float] = {}  # RUNNING trial without a heartbeat -> seen at
-
-    def _create_new_trial(self, study_id: int, template_trial: Any = None) -> Any:
-        frozen = super()._create_new_trial(study_id, template_trial)
-        self.record_heartbeat(frozen._trial_id)
-        with self._held_lock:
-            self.held[frozen._trial_id] = f"trial {frozen.number}"
-        return frozen
-
-    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
-        """Optuna's stale trials (a heartbeat older than the grace period) and the RUNNING
-        trials that never had a heartbeat: a worker killed between creating a trial and
-        beating it leaves it RUNNING for good (Optuna passes over trials without one), and
-        every other worker would wait for it, its target's winner until the night's end. A
-        live worker beats a trial as it creates it, so one that this storage has seen
-        without a heartbeat for longer than the grace period is lost (timed on this
-        machine's clock: no two machines' clocks are compared)."""
-        from optuna.storages._rdb import models
-        from optuna.storages._rdb.storage import _create_scoped_session
-
-        stale = super()._get_stale_trial_ids(study_id)
-        grace = float(self.grace_period or 2 * (self.heartbeat_interval or 1))
-        with _create_scoped_session(self.scoped_session, True) as session:
-            rows = (session.query(models.TrialModel.trial_id)
-                    .outerjoin(models.TrialHeartbeatModel,
-                               models.TrialHeartbeatModel.trial_id == models.TrialModel.trial_id)
-                    .filter(models.TrialModel.study_id == study_id,
-                            models.TrialModel.state == TrialState.RUNNING,
-                            models.TrialHeartbeatModel.trial_heartbeat_id.is_(None))
-                    .all())
-        unbeaten = {int(row[0]) for row in rows}
-        now = time.monotonic()
-        with self._held_lock:
-            mine = set(self.held)
-            for trial_id in set(self._unbeaten) - unbeaten:  # beaten or finished since
-                del self._unbeaten[trial_id]
-            for trial_id in unbeaten - mine:
-                seen = self._unbeaten.setdefault(trial_id, now)
-                if now - seen > grace and trial_id not in stale:
-                    stale.append(trial_id)
-        return stale
-
-    def set_trial_state_values(self, trial_id: int, state: TrialState,
-                               values: Any = None) -> bool:
-        done = super().set_trial_state_values(trial_id, state, values)
-        if state.is_finished():
-            with self._held_lock:
-                self.held.pop(trial_id, None)
-        return done
-
-    def label(self, trial_id: int, text: str) -> None:
-        with self._held_lock:
-            if trial_id in self.held:
-                self.held[trial_id] = text
-
-    def holding(self) -> dict[int, str]:
-        with self._held_lock:
-            return dict(self.held)
-
-
-class SharedWorkspace(Workspace):
-    """The worker's clone: a candidate's branch goes to the remote as it is recorded."""
-
-    def __init__(self, *args: Any, remote: str, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.remote = remote
-
-    def annotate(self, target: str, cid: str, message: str) -> str:
-        sha = super().annotate(target, cid, message)
-        self.push(self.remote, [self.candidate_branch(target, cid)])
-        return sha
-
-    def fetch_experiment(self) -> None:
-        """Candidate branches of earlier nights, for the programs of their candidates."""
-        refs = f"refs/heads/{BRANCH_ROOT}/{self.experiment}/*"
-        try:
-            self._git("fetch", "--quiet", self.remote, f"+{refs}:{refs}")
-        except Exception as exc:  # noqa: BLE001 - named in the error
-            raise WorkspaceError(
-                f"cannot fetch from the git remote {self.remote!r}: {exc}; check "
-                "`git remote -v` in this clone and that the remote is reachable") from None
-
-
-@dataclasses.dataclass(frozen=True)
-class Night:
-    name: str
-    number: int
-    start: float  # epoch seconds
-    end: float
-    minutes: float
-    parent_run_id: str
-    base_commit: str
-
-
-def open_night(config: ExperimentConfig, storage: SharedStorage, claims: Claims,
-               tracker: Tracker, wsid: int, base_commit: str, wid: str) -> Night:
-    """The experiment's open night (or the one ``[worker] night`` names), else a new one:
-    the first worker to claim ``night:<n>`` starts it, with its MLflow parent run."""
-    wanted = config.worker.night
-    for _ in range(10):
-        rows = sorted(((int(k.split(":", 1)[1]), v) for k, v in
-                       claims.prefixed(wsid, "night:").items()), key=lambda kv: kv[0])
-        now = time.time()
-        found = [(n, v) for n, v in rows if v["name"] == wanted] if wanted else rows[-1:]
-        if found and (found[-1][1]["end"] > now or wanted):
-            n, v = found[-1]
-            if v["end"] <= now:
-                raise OptimizerError(
-                    f"night {wanted!r} of experiment '{config.name}' is over; start a new "
-                    "night (another --night name, or none)")
-            if v["base_commit"] != base_commit:
-                raise WorkspaceError(
-                    f"this clone's base commit {base_commit[:12]} is not the night's "
-                    f"{v['base_commit'][:12]}: check out the commit the other workers use")
-            return Night(v["name"], n, v["start"], v["end"], v["minutes"],
-                         v["parent_run_id"], v["base_commit"])
-        number = rows[-1][0] + 1 if rows else 1
-        name = wanted or time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
-        if any(v["name"] == name for _, v in rows):
-            name = f"{name}-{number}"
-        params = {"experiment_file": str(config.file), "seed": config.seed,
-                  "proposer": config.proposer.kind, "budget_minutes": config.budget.minutes,
-                  "targets": ",".join(t.spec.name for t in config.targets), "workers": "shared"}
-        run_id = tracker.start_night(name, params, {"optimizer.experiment": config.name})
-        value: dict[str, Any] = {
-            "name": name, "start": now, "end": now + config.budget.minutes * 60,
-            "minutes": config.budget.minutes, "parent_run_id": run_id,
-            "base_commit": base_commit, "started_by": wid}
-        if claims.take(wsid, f"night:{number}", value):
-            return Night(name, number, value["start"], value["end"], value["minutes"], run_id,
-                         base_commit)
-        tracker.client.delete_run(run_id)  # another worker started the night first
-    raise OptimizerError("could not open or join a night (ten claims lost in a row)")
 
 
 # -- the hooks the loop calls ----------------------------------------------------------------
@@ -291,8 +107,10 @@ class _TargetState:
     reruns: list[Proposal] = dataclasses.field(default_factory=list)
 
 
-class Shared:
-    """What the loop calls where workers share a night (``Run.shared``)."""
+class Shared(Coordination):
+    """Workers sharing a night through Optuna's storage (``Run.coordination``)."""
+
+    one_writer = False  # the studies change under each worker: Optuna's cache is off
 
     def __init__(self, storage: SharedStorage, claims: Claims, night: Night, wid: str,
                  wsid: int, heartbeat_s: int, grace_s: int):
@@ -310,6 +128,9 @@ class Shared:
             "heartbeat": time.time(), "night": night.name, "target": "", "searching": [],
             "phase": "starting", "holds": [], "candidates": 0}
         self._record_lock = threading.Lock()
+
+    def study_storage(self, r: Run) -> SharedStorage:
+        return self.storage
 
     # the worker's record
 
@@ -329,15 +150,16 @@ class Shared:
     def open_target(self, r: Run, study: optuna.Study, target: TargetSpec, archive: Archive,
                     outputs: Callable[[str, EvalResult, Path], None]) -> None:
         from optimizer.recording import finish_pending
-        from optimizer.resume import _drop_leftover_worktrees
+        from optimizer.resume import drop_leftover_worktrees
 
         search.SHARED_STUDIES.add(study)
-        t = _TargetState(study, study._study_id, target, archive)
+        t = _TargetState(study, self.storage.get_study_id_from_name(study.study_name), target,
+                         archive)
         self.targets[target.name] = t
         self._searching(self.record["searching"] + [target.name])
         for cid in finish_pending(r, study, target, outputs):  # this clone's, left by a kill
             r.say(f"[{target.name}] {cid}: its MLflow run finished from the pending record")
-        _drop_leftover_worktrees(r, target)
+        drop_leftover_worktrees(r, target)
         self._recover(r, t, force=True)
         self._refresh(r, t)
         if archive.entries:
@@ -345,7 +167,7 @@ class Shared:
 
     # before each parent is chosen
 
-    def next_job(self, r: Run, lane: Any) -> Proposal | None:
+    def next_job(self, r: Run, lane: LaneView) -> Proposal | None:
         t = self.targets[lane.target.name]
         self._recover(r, t)
         if t.reruns:
@@ -356,7 +178,7 @@ class Shared:
 
     # as a candidate is admitted
 
-    def claim(self, lane: Any, proposal: Proposal, trial: Any, digest: str,
+    def claim(self, lane: LaneView, proposal: Proposal, trial: Any, digest: str,
               files: dict[str, str], values: dict[str, Any], structure: str,
               known: str | None) -> tuple[str | None, str]:
         """(the candidate that has this content, "") or (None, the id of a new one)."""
@@ -379,7 +201,7 @@ class Shared:
         self._taken(t, trial, cid)
         return None, cid
 
-    def claim_id(self, lane: Any, proposal: Proposal, trial: Any) -> str:
+    def claim_id(self, lane: LaneView, proposal: Proposal, trial: Any) -> str:
         """A candidate id for a rejected proposal (no content to claim)."""
         t = self.targets[lane.target.name]
         payload: dict[str, Any] = {"files": {}, "knobs": {}, "parent": proposal.parent_id,
@@ -449,7 +271,7 @@ class Shared:
             return
         t.checked = time.monotonic()
         try:
-            stale = self.storage._get_stale_trial_ids(t.study_id)
+            stale = self.storage.stale_trial_ids(t.study_id)
         except optuna.exceptions.StorageInternalError as exc:  # a busy store: next time
             log.warning("looking for stale trials failed: %s", exc)
             return
@@ -466,47 +288,19 @@ class Shared:
                           "worker was only slow")
 
     def _record_lost(self, r: Run, t: _TargetState, frozen: Any) -> None:
-        from optimizer.recording import running_message, save, write_attrs
-
-        target, study = t.target, t.study
-        live = search.live_trial(study, frozen.number)
-        rec = CandidateRecord.from_trial(frozen)
-        if rec.complete:  # recorded; only the tell was lost
-            if rec.state is CandidateState.VALID and rec.objectives:
-                study.tell(live, list(rec.objectives))
-            else:
-                study.tell(live, state=TrialState.FAIL)
-            return
+        """A lost worker's trial recorded once, everywhere (``resume.recover_trial``), and
+        its program queued to run again."""
         key = f"trial:{frozen.number}"
-        payload: dict[str, Any] = self.claims.read(t.study_id, [key]).get(key) or {}
-        cid = rec.candidate or str(payload.get("candidate", ""))
-        if not cid:  # lost before it named a candidate: nothing was evaluated
-            write_attrs(live, dataclasses.replace(rec, state=CandidateState.FAILED,
-                                                  reason=WORKER_LOST))
-            study.tell(live, state=TrialState.FAIL)
+        claimed: dict[str, Any] = self.claims.read(t.study_id, [key]).get(key) or {}
+        cand = recover_trial(r, t.study, t.target, frozen, WORKER_LOST, claimed=claimed)
+        if cand is None:
             return
-        files = dict(payload.get("files") or {})
-        knob_values = dict(payload.get("knobs") or {})
-        cand = Candidate(cid, target.name, payload.get("parent", rec.parent),
-                         str(payload.get("proposer", rec.proposer)), files, knob_values,
-                         str(payload.get("content_hash", rec.content_hash)),
-                         str(payload.get("summary", rec.summary)),
-                         str(payload.get("structure", rec.structure)))
-        record = CandidateRecord.of(cand)
-        if files:  # the branch, on the remote too (annotate pushes it)
-            r.ws.create_candidate(target.rel_path, target.name, cid, files,
-                                  running_message(target, cand))
-            record = dataclasses.replace(record, branch=r.ws.candidate_branch(target.name, cid))
-        r.tracker.drop_candidate_runs(target.name, cid)  # its worker's run, if it began one
-        result = EvalResult(CandidateState.FAILED, WORKER_LOST, "worker lost")
-        save(r, target, study, live, record, cand, result,
-             cleanup=(lambda: r.ws.remove_worktree(target.name, cid)) if files else None)
-        r.say(f"[{target.name}] {cid} FAILED: {WORKER_LOST}")
-        if files:
-            rerun = Proposal(cand.proposer, cand.parent_id, files,
-                             f"re-run of {cid} (worker lost): {cand.summary}"[:500],
-                             fixed_knobs=knob_values)
-            self._rerun_of[id(rerun)] = (rerun, cid)
+        r.say(f"[{t.target.name}] {cand.id} FAILED: {WORKER_LOST}")
+        if cand.files:
+            rerun = Proposal(cand.proposer, cand.parent_id, cand.files,
+                             f"re-run of {cand.id} (worker lost): {cand.summary}"[:500],
+                             fixed_knobs=dict(cand.knobs))
+            self._rerun_of[id(rerun)] = (rerun, cand.id)
             t.reruns.append(rerun)
 
     # the end of the night's searches
@@ -516,7 +310,7 @@ class Shared:
         self.write_record(searching=names, target=", ".join(names),
                           phase="searching" if names else "finishing")
 
-    def searched(self, lanes: list[Any]) -> None:
+    def searched(self, lanes: Sequence[Any]) -> None:
         """This worker's search of ``lanes``' targets is over."""
         done = {lane.target.name for lane in lanes}
         self._searching([n for n in self.record["searching"] if n not in done])
@@ -606,7 +400,6 @@ class Heartbeat:
 def work(config: ExperimentConfig, *, proposer: Any = None,
          say: Callable[[str], None] = print) -> RunSummary:
     """Join (or start) the experiment's night and work on it until its time is up."""
-    from optimizer.loop import share_the_night
     from optimizer.stores import enable_fast_sqlite
 
     for note in check_shared(config):
@@ -621,79 +414,25 @@ def work(config: ExperimentConfig, *, proposer: Any = None,
         storage = open_storage(config.search.storage, config.worker.heartbeat_s,
                                config.worker.grace)
         claims = Claims(storage)
-        wsid = optuna.create_study(storage=storage, study_name=workers_study(config.name),
-                                   load_if_exists=True)._study_id
-        tracker = _tracker(config)
+        optuna.create_study(storage=storage, study_name=workers_study(config.name),
+                            load_if_exists=True)
+        wsid = storage.get_study_id_from_name(workers_study(config.name))
+        tracker = open_tracker(config)
         wid = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        night = open_night(config, storage, claims, tracker, wsid, ws.base_commit, wid)
+        night = join_night(config, storage, claims, tracker, wsid, ws.base_commit, wid)
         # each worker samples and proposes from a seed of its own (the same seed everywhere
         # would propose the same programs everywhere: duplicates)
         config = dataclasses.replace(config, seed=zlib.crc32(f"{config.seed}/{wid}".encode()))
-        return _work(config, ws, storage, claims, tracker, night, wid, wsid, proposer, say,
-                     share_the_night)
+        return _work(config, ws, storage, claims, tracker, night, wid, wsid, proposer, say)
     finally:
         ws.close()
 
 
 # what a worker that loses the race to create a new database's tables is told
-_CREATION_RACE = ("already exists", "UNIQUE constraint failed", "duplicate key",
-                  "database is locked")
-
-
-@contextlib.contextmanager
-def _sqlite_turn(url: str) -> Iterator[None]:
-    """For a sqlite URL, a lock file beside the database held meanwhile: workers on this
-    machine create or migrate a new file's schema one at a time (MLflow's migrations,
-    run by two processes at once, leave each other's temporary tables: "table
-    _alembic_tmp_tags already exists"). Other URLs: nothing."""
-    if not url.startswith("sqlite:///"):
-        yield
-        return
-    path = Path(url.removeprefix("sqlite:///"))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{path}.lock", "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def open_storage(url: str, heartbeat_s: int, grace_s: int, tries: int = 5) -> SharedStorage:
-    """The shared Optuna storage; workers that start at once on a new database race its
-    table creation and schema stamp ("table ... already exists", "UNIQUE constraint failed:
-    alembic_version"): on sqlite they take turns, elsewhere the next try finds them made."""
-    for attempt in range(tries):
-        try:
-            with _sqlite_turn(url):
-                return SharedStorage(url, heartbeat_s, grace_s)
-        except Exception as exc:  # noqa: BLE001 - any driver's error, named
-            if attempt == tries - 1 or not any(m in str(exc) for m in _CREATION_RACE):
-                raise ConfigError(f"cannot open the Optuna storage: {exc}",
-                                  key="search.storage") from None
-            time.sleep(0.5 + attempt)
-    raise AssertionError("unreachable")
-
-
-def _tracker(config: ExperimentConfig) -> Tracker:
-    """The tracker; workers that start at once on one sqlite file take turns at MLflow's
-    schema migration (``_sqlite_turn``), and one that still meets another's half-made
-    schema (a "duplicate column" error) tries again."""
-    for attempt in range(5):
-        try:
-            with _sqlite_turn(config.tracking_uri):
-                return Tracker(config.tracking_uri, config.name,
-                               config.state_dir / "mlartifacts")
-        except Exception:
-            if attempt == 4 or not config.tracking_uri.startswith("sqlite:"):
-                raise
-            time.sleep(1.0 + attempt)
-    raise AssertionError("unreachable")
-
-
 def _work(config: ExperimentConfig, ws: SharedWorkspace, storage: SharedStorage, claims: Claims,
           tracker: Tracker, night: Night, wid: str, wsid: int, proposer: Any,
-          say: Callable[[str], None], share_the_night: Any) -> RunSummary:
+          say: Callable[[str], None]) -> RunSummary:
+    from optimizer.loop import share_the_night, spend_night
     from optimizer.proposers import make_proposer
 
     pointer = config.state_dir / "logs" / f"{config.name}.night.json"
@@ -711,14 +450,8 @@ def _work(config: ExperimentConfig, ws: SharedWorkspace, storage: SharedStorage,
     say(f"worker {wid} on night {night.name} of experiment '{config.name}': "
         f"{len(config.targets)} target(s), {budget.minutes:.1f} min left, "
         f"proposer {the_proposer.name}")
-    try:
-        with Heartbeat(shared), StopOnSigint(budget):  # every target at once, as `run` does
-            summary.targets.extend(share_the_night(r))
-            summary.stop_reason = summary.stop_reason or budget.exhausted() or "all targets done"
-            writer.flush()
-    finally:
-        writer.close()
-        the_proposer.close()
+
+    def finish() -> None:
         metrics = night_metrics(summary, ledger)
         tracker.log_night_metrics(night.parent_run_id,
                                   {f"worker.{wid}.{k}": v for k, v in metrics.items()})
@@ -731,40 +464,6 @@ def _work(config: ExperimentConfig, ws: SharedWorkspace, storage: SharedStorage,
                               "KILLED" if budget.stop.is_set() else "FINISHED")
         (config.state_dir / "reports" / f"{config.name}-{night.name}-{wid}.json").write_text(
             json.dumps(summary.to_json(), indent=2))
-    return summary
 
-
-def remote_candidate_ids(ws: Workspace, remote: str) -> dict[str, set[str]]:
-    """Candidate ids with a branch on ``remote``, per target; pull branches under "/pr/"."""
-    out: dict[str, set[str]] = {}
-    listing = ws._git("ls-remote", "--heads", remote, f"refs/heads/{BRANCH_ROOT}/*")
-    for line in listing.splitlines():
-        ref = line.split("\t", 1)[-1].removeprefix("refs/heads/")
-        parts = ref.split("/")
-        if len(parts) == 4 and parts[:2] == [BRANCH_ROOT, ws.experiment]:
-            out.setdefault(parts[2], set()).add(parts[3])
-        elif len(parts) == 4 and parts[1] == "pr" and parts[2] == ws.experiment:
-            out.setdefault("/pr/", set()).add(ref)
-    return out
-
-
-def worker_rows(config: ExperimentConfig) -> list[dict[str, Any]]:
-    """The workers' records of the experiment (for ``optimizer status``), newest first."""
-    storage = optuna.storages.RDBStorage(config.optuna_storage, skip_table_creation=True)
-    try:
-        study_id = storage.get_study_id_from_name(workers_study(config.name))
-    except KeyError:
-        return []
-    rows = []
-    grace = config.worker.grace
-    for key, value in Claims(storage).prefixed(study_id, "worker:").items():
-        age = time.time() - float(value.get("heartbeat", 0))
-        alive = value.get("phase") != "done" and age < grace
-        rows.append({"worker": key.split(":", 1)[1], **value, "heartbeat_age_s": round(age, 1),
-                     "alive": alive})
-    nights = Claims(storage).prefixed(study_id, "night:")
-    for row in rows:
-        row["night_end"] = next((v["end"] for v in nights.values()
-                                 if v["name"] == row.get("night")), None)
-    rows.sort(key=lambda row: -float(row.get("started", 0)))
-    return rows
+    # every target at once, as `optimizer run` does with several slots
+    return spend_night(r, share_the_night, finish, Heartbeat(shared))

@@ -69,7 +69,7 @@ def test_cached_answers_are_the_recomputed_ones(minimize: bool) -> None:
 
 
 def test_a_workers_summary_counts_its_own_candidates_only() -> None:
-    from optimizer.loop import _finish_summary
+    from optimizer.lane import finish_summary
     from optimizer.night import TargetSummary
 
     target = SimpleNamespace(primary=SimpleNamespace(minimize=True))
@@ -80,6 +80,6 @@ def test_a_workers_summary_counts_its_own_candidates_only() -> None:
         archive.add(ArchiveEntry(candidate_id(n), None, {"p.py": str(n)}, {}, state, "", {},
                                  objectives))
     archive.theirs |= {candidate_id(2), candidate_id(3)}  # another worker evaluated them
-    out = _finish_summary(TargetSummary("t"), archive, earlier=0)
+    out = finish_summary(TargetSummary("t"), archive, earlier=0)
     assert out.states == {"VALID": 1, "INVALID": 1}
     assert out.best_candidate == candidate_id(3)  # the best is the study's, theirs included

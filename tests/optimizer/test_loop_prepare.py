@@ -1,4 +1,4 @@
-"""A GPU night's start (loop._prepare_night): every slot's sandbox of every GPU target
+"""A GPU night's start (loop.prepare_night): every slot's sandbox of every GPU target
 started and every GPU evaluator's night-wide work done, at once, before the first
 candidate; CPU targets are left alone, and a failure is said, not raised."""
 
@@ -50,13 +50,13 @@ def test_gpu_lanes_are_prepared_at_once_and_cpu_lanes_not(monkeypatch, tmp_path)
         return SimpleNamespace(io_dir=io, scratch=scratch, **kw)
 
     monkeypatch.setattr(loop, "fresh_context", context)
-    monkeypatch.setattr(loop, "_sandbox",
-                        lambda r, lane, slot: _Sandbox(f"{lane.target.name}/{slot.index}"))
+    for lane in lanes:
+        lane.sandbox = lambda r, slot, name=lane.target.name: _Sandbox(f"{name}/{slot.index}")
     said: list[str] = []
     r = SimpleNamespace(summary=RunSummary("e", "n", "p"), say=said.append, config=None)
     _Sandbox.started = []
     t0 = time.monotonic()
-    loop._prepare_night(r, lanes)  # type: ignore[arg-type]
+    loop.prepare_night(r, lanes)  # type: ignore[arg-type]
     took = time.monotonic() - t0
     assert took < 1.5  # eight jobs of 0.3 s side by side, not one after another (2.4 s)
     assert gpu.calls and gpu.calls[0][0] == "cuda" and broken.calls and not cpu.calls
@@ -73,5 +73,5 @@ def test_a_night_without_gpu_targets_prepares_nothing(monkeypatch):
     r = SimpleNamespace(summary=RunSummary("e", "n", "p"), say=said.append)
     lane = SimpleNamespace(evaluator=_Evaluator(False), target=SimpleNamespace(name="t"),
                            slots=[SimpleNamespace(index=0)])
-    loop._prepare_night(r, [lane])  # type: ignore[arg-type]
+    loop.prepare_night(r, [lane])  # type: ignore[arg-type]
     assert not said and r.summary.prepare_s == 0.0

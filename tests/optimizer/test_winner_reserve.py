@@ -10,10 +10,11 @@ import pytest
 
 from evaluators._base import Evaluator
 from evaluators.kernels.evaluator import CASE_POOL, KernelEvaluator
-from optimizer import loop
+from optimizer import lane as lanes
 from optimizer.archive import Archive
 from optimizer.night import TargetSummary
-from optimizer.records import SEED_ID, ArchiveEntry, CandidateState
+from optimizer.records import SEED_ID, ArchiveEntry, CandidateState, Confirmation
+from optimizer.winners_phase import Turns
 
 SEED = "# EVOLVE-BLOCK-START\nA = 1  # knob: int 1..64\nB = 2  # knob: int 1..64\n" \
        "C = 0.5  # knob: float 0.0..8.0\n# EVOLVE-BLOCK-END\n"
@@ -22,8 +23,8 @@ SEED = "# EVOLVE-BLOCK-START\nA = 1  # knob: int 1..64\nB = 2  # knob: int 1..64
 class _Paired(Evaluator):
     kind = "paired-test"
 
-    def confirmation(self) -> str:
-        return "paired"
+    def confirmation(self) -> Confirmation:
+        return Confirmation.PAIRED
 
     def correctness(self, cand_dir, ctx):  # type: ignore[no-untyped-def]
         raise NotImplementedError
@@ -33,8 +34,8 @@ class _Paired(Evaluator):
 
 
 class _Exact(_Paired):
-    def confirmation(self) -> str:
-        return "exact"
+    def confirmation(self) -> Confirmation:
+        return Confirmation.EXACT
 
 
 def _run(repeats: int = 15, trials: int = 12) -> SimpleNamespace:
@@ -56,13 +57,13 @@ def test_the_reserve_counts_the_known_contenders_trials_within_its_bounds() -> N
     ev = object.__new__(_Paired)
     r = _run()
     # unknown contender: the most the reduction may take
-    assert loop._winner_reserve(r, ev, 1.0, 100.0) == pytest.approx(30 + 12)
-    assert loop._winner_reserve(r, ev, 1.0, 100.0, trials=3) == pytest.approx(33)
-    assert loop._winner_reserve(r, ev, 1.0, 100.0, trials=40) == pytest.approx(42)
+    assert lanes.winner_reserve(r, ev, 1.0, 100.0) == pytest.approx(30 + 12)
+    assert lanes.winner_reserve(r, ev, 1.0, 100.0, trials=3) == pytest.approx(33)
+    assert lanes.winner_reserve(r, ev, 1.0, 100.0, trials=40) == pytest.approx(42)
     # never below CONFIRM_SHARE nor above MAX_CONFIRM_SHARE of the slice
-    assert loop._winner_reserve(r, ev, 0.01, 100.0) == pytest.approx(loop.CONFIRM_SHARE * 100)
-    assert loop._winner_reserve(r, ev, 10.0, 100.0) == pytest.approx(
-        loop.MAX_CONFIRM_SHARE * 100)
+    assert lanes.winner_reserve(r, ev, 0.01, 100.0) == pytest.approx(lanes.CONFIRM_SHARE * 100)
+    assert lanes.winner_reserve(r, ev, 10.0, 100.0) == pytest.approx(
+        lanes.MAX_CONFIRM_SHARE * 100)
 
 
 def _entry(cid: str, files: dict[str, str], value: float, proposer: str = "offline",
@@ -71,16 +72,16 @@ def _entry(cid: str, files: dict[str, str], value: float, proposer: str = "offli
                         CandidateState.VALID, objectives=(value,), proposer=proposer)
 
 
-def _lane(shared: bool, costs: list[float]) -> loop.Lane:
+def _lane(shared: bool, costs: list[float]) -> lanes.Lane:
     target = SimpleNamespace(name="t", min_gain=0.03, primary=SimpleNamespace(minimize=True))
     archive = Archive(target)  # type: ignore[arg-type]
     archive.add(_entry(SEED_ID, {"k.py": SEED}, 1.0, proposer="seed"), "s0")
     out = TargetSummary("t")
     out.eval_s = list(costs)
-    lane = loop.Lane(entry=SimpleNamespace(spec=target), evaluator=object.__new__(_Paired),
+    lane = lanes.Lane(entry=SimpleNamespace(spec=target), evaluator=object.__new__(_Paired),
                      study=None, names=None, archive=archive, out=out,  # type: ignore[arg-type]
                      rng=None, kind_text="", trusted_files={},  # type: ignore[arg-type]
-                     horizon=loop.Horizon(1e9, shared=shared))
+                     horizon=lanes.Horizon(1e9, shared=shared))
     lane.set_slice(400.0)
     lane.seed_cost_s = costs[0]
     return lane
@@ -92,7 +93,7 @@ def test_a_shared_night_prices_the_reserve_at_its_candidates_cost_once_it_has_a_
     lane = _lane(True, [40.0, 2.0, 2.5, 1.5, 2.0])
     r = _run()
     lane.reserve_for_winner(r)
-    assert lane.reserve_s == pytest.approx(loop.CONFIRM_SHARE * 400)  # no contender yet
+    assert lane.reserve_s == pytest.approx(lanes.CONFIRM_SHARE * 400)  # no contender yet
     # a contender two knobs away from the seed: two hunks to revert, no float knob
     best = SEED.replace("A = 1 ", "A = 8 ").replace("B = 2 ", "B = 4 ")
     lane.archive.add(_entry("c0002", {"k.py": best}, 0.5), "s1")
@@ -109,7 +110,7 @@ def test_a_shared_night_prices_the_reserve_at_its_candidates_cost_once_it_has_a_
 def test_one_targets_slice_keeps_the_seeds_price_as_before() -> None:
     lane = _lane(False, [40.0, 2.0, 2.5, 1.5])
     lane.reserve_for_winner(_run())
-    assert lane.reserve_s == pytest.approx(loop.MAX_CONFIRM_SHARE * 400)
+    assert lane.reserve_s == pytest.approx(lanes.MAX_CONFIRM_SHARE * 400)
 
 
 def test_a_confirmation_has_the_machine_alone_while_trials_share_it() -> None:
@@ -118,7 +119,7 @@ def test_a_confirmation_has_the_machine_alone_while_trials_share_it() -> None:
     import threading
     import time
 
-    turns = loop.Turns()
+    turns = Turns()
     events: list[str] = []
     held = threading.Event()
 

@@ -32,20 +32,20 @@ def _night(monkeypatch: pytest.MonkeyPatch, wrong: set[str],
     confirmed: list[str] = []
 
     def confirm(r: Any, target: Any, evaluator: Any, sandbox: Any, seed: ArchiveEntry,
-                best: ArchiveEntry, device_lock: Any = None) -> dict:
+                best: ArchiveEntry, device_lock: Any = None) -> winners.Evidence:
         confirmed.append(best.id)
         if best.id in wrong:
-            return {"confirmed": False, "wrong": True,
-                    "headline": "final check: input 3 answered wrong"}
+            return winners.Evidence(False, "final check: input 3 answered wrong", wrong=True)
         if best.id in timed_out_of:
-            return {"confirmed": False, "headline": "speedup 1.01x, 95% CI [0.99, 1.03]"}
-        return {"confirmed": True, "headline": "speedup 1.5x"}
+            return winners.Evidence(False, "speedup 1.01x, 95% CI [0.99, 1.03]")
+        return winners.Evidence(True, "speedup 1.5x")
 
     monkeypatch.setattr(winners, "_confirm", confirm)
     monkeypatch.setattr(winners, "_publish", lambda r, target, evaluator, study, archive,
                         best, evidence: {"candidate": best.id, "pull_branch": f"pr/{best.id}"})
     r = SimpleNamespace(say=lambda s: None)
-    won = winners.select_winner(r, target, None, None, None, archive)  # type: ignore[arg-type]
+    contest = winners.Contest(target, None, None, None, archive)  # type: ignore[arg-type]
+    won = winners.select_winner(r, contest)  # type: ignore[arg-type]
     return won, confirmed
 
 

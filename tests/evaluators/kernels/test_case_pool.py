@@ -139,7 +139,7 @@ def test_evaluations_in_several_slots_at_once_see_one_pool(tmp_path):
 
 
 def test_prepare_makes_every_case_before_the_first_evaluation(tmp_path):
-    """What a GPU night does at its start (loop._prepare_night), here on the CPU
+    """What a GPU night does at its start (loop.prepare_night), here on the CPU
     workloads: every case of every pool with its references and files, so the first
     evaluation makes nothing; calling it again makes nothing twice."""
     spec = load_target(ROOT / "targets/kernels/rmsnorm", ROOT)
