@@ -31,8 +31,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-import evaluators
-from evaluators._base import EvalContext, Evaluator
+from optimizer import kinds as evaluators
 from optimizer import knobs, search, sharing
 from optimizer import slots as slot_plan
 from optimizer.accounting import Ledger, Prices
@@ -48,6 +47,7 @@ from optimizer.evaluation import (
     log_outputs,
     make_sandbox,
 )
+from optimizer.kinds import EvalContext, Evaluator
 from optimizer.minimize import planned_trials
 from optimizer.night import (
     Run,

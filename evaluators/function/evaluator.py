@@ -22,10 +22,8 @@ it, per evaluation).
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import statistics
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +38,7 @@ from evaluators.function.harness import (
 )
 from optimizer.errors import ConfigError
 from optimizer.records import CandidateState, EvalResult
+from optimizer.sandbox.loader import NotImportable, load_module
 
 _SETTINGS = {"module", "program", "repeats", "fuzz", "fuzz_publish"}
 
@@ -96,13 +95,10 @@ class FunctionEvaluator(Evaluator):
     def _import_trusted(self) -> Any:
         if self._trusted is None:
             name = f"_target_evaluate_{self.target.name}_{id(self)}"
-            spec = importlib.util.spec_from_file_location(name, self.module_path)
-            if spec is None or spec.loader is None:
-                raise ConfigError(f"cannot import {self.module_path}")
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[name] = mod
-            spec.loader.exec_module(mod)
-            self._trusted = mod
+            try:
+                self._trusted = load_module(self.module_path, name)
+            except NotImportable:
+                raise ConfigError(f"cannot import {self.module_path}") from None
         return self._trusted
 
     def _run(self, fn: Callable[[str], Any], folder: Path, ctx: EvalContext, stage: str,

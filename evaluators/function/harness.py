@@ -28,6 +28,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from optimizer.sandbox.loader import NotImportable, load_module
+
 ENTRY = "optimizer.sandbox.serve:functions"
 SHM_BYTES = 256 << 20  # large inputs and results cross through shared memory
 
@@ -133,14 +135,10 @@ def batched(fn: Callable[..., Any], args_list: Sequence[Sequence[Any]]) -> list[
 
 def load_stand_in(path: str) -> Any:
     """Import a stand-in module (what ``evaluate.py``'s own loader does)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"_stand_in_{next(_tokens)}", path)
-    if spec is None or spec.loader is None:
-        raise CandidateUnavailable(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    try:
+        return load_module(path, f"_stand_in_{next(_tokens)}", register=False)
+    except NotImportable as exc:
+        raise CandidateUnavailable(str(exc)) from None
 
 
 _REGISTRY: dict[str, Programs] = {}

@@ -46,6 +46,7 @@ from optimizer.sandbox.bwrap import (
     probe,
     scrubbed_env,
 )
+from optimizer.sandbox.calls import CallResult
 from optimizer.sandbox.pipes import CappedReader, describe_exit, make_pipe, parse_response
 from optimizer.sandbox.session import Session
 from optimizer.sandbox.zygote_host import Zygote
@@ -83,19 +84,6 @@ class SandboxSettings:
     warm: bool = True  # use the zygote when workdir and io_dir lie under rw_root
     start_timeout_s: float = 300.0  # the zygote's preload (torch+triton: ~5-10 s cold)
     landlock: bool = True  # confine writes to workdir, io_dir and tmp (Linux >= 5.13)
-
-
-@dataclass(frozen=True)
-class CallResult:
-    """Outcome of one sandboxed call. ``response`` is None when none was delivered."""
-
-    response: dict[str, Any] | None
-    returncode: int | None
-    timed_out: bool
-    wall_s: float
-    stdout: str = ""
-    stderr: str = ""
-    error: str = ""  # why there is no response
 
 
 def _under(path: Path, root: Path) -> bool:
