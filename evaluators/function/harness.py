@@ -15,16 +15,20 @@ frames) reaches them.
 Timing: :func:`timed` gives a call's duration as measured on the trusted side around the
 round trip (encoding the arguments is not counted; the channel's own cost, about 40 us
 plus the copy of a large result, is). A target should time every call on fresh inputs and
-check every timed output.
+check every timed output. Where the target says it times its calls only (``timed =
+"calls"`` in its ``[evaluator]`` settings), each :func:`timed` call holds the device's
+timing lock.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import secrets
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +110,8 @@ def timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float
     """``(fn(*args, **kwargs), seconds)``: for a candidate's function the seconds are
     measured on the trusted side around the round trip; for a local one, around the call."""
     if isinstance(fn, RemoteFunction):
-        value = fn(*args, **kwargs)
+        with fn._programs.timing():
+            value = fn(*args, **kwargs)
         return value, fn.last_seconds
     start = time.perf_counter()
     value = fn(*args, **kwargs)
@@ -157,8 +162,9 @@ class Programs:
     """The candidate processes of one evaluation stage (each import of the stand-in starts
     one), with the stage's deadline and what they cost."""
 
-    def __init__(self, ctx: Any, workdir: Path, module: str):
+    def __init__(self, ctx: Any, workdir: Path, module: str, *, timed_calls: bool = False):
         self.ctx = ctx
+        self.timed_calls = timed_calls  # timed() holds the device's timing lock
         self.workdir = workdir
         self.module = module
         self.deadline = time.monotonic() + ctx.timeout_s
@@ -170,6 +176,12 @@ class Programs:
 
     def remaining(self) -> float:
         return max(0.05, self.deadline - time.monotonic())
+
+    def timing(self) -> AbstractContextManager[Any]:
+        """Around a call :func:`timed` times: the device's timing lock where the target
+        times its calls only (``timed = "calls"``), else nothing (the caller holds it
+        around the whole ``evaluate()``, or nothing is timed)."""
+        return self.ctx.device_alone() if self.timed_calls else contextlib.nullcontext()
 
     def stand_in(self) -> str:
         """The path ``evaluate.py`` is given in place of the candidate's file."""

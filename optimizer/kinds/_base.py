@@ -57,45 +57,27 @@ from __future__ import annotations
 import contextlib
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, Unpack
 
 from optimizer import syntax
 from optimizer.records import CandidateState, EvalResult, Outputs
+from optimizer.sandbox.calls import CallOptions, CallResult, SessionOptions
 from optimizer.targets import TargetSpec
 
 
 class SandboxLike(Protocol):
-    """What an evaluator needs of the sandbox (``optimizer.sandbox.Sandbox`` provides it)."""
+    """What an evaluator needs of the sandbox (``optimizer.sandbox.Sandbox`` provides it);
+    the options are :class:`~optimizer.sandbox.calls.SessionOptions`."""
 
-    def call(
-        self,
-        entry: str,
-        payload: Mapping[str, Any],
-        *,
-        workdir: Path,
-        io_dir: Path | None = None,
-        timeout_s: float | None = None,
-        writable: Sequence[Path] | None = None,
-    ) -> Any:  # optimizer.sandbox.CallResult
-        ...
+    def call(self, entry: str, payload: Mapping[str, Any], *, workdir: Path,
+             **options: Unpack[CallOptions]) -> CallResult: ...
 
-    def open_session(
-        self,
-        entry: str,
-        payload: Mapping[str, Any],
-        *,
-        workdir: Path,
-        io_dir: Path | None = None,
-        timeout_s: float | None = None,
-        shm_bytes: int = 0,
-        ready_timeout_s: float | None = None,
-        writable: Sequence[Path] | None = None,
-        spin_s: float = 0.0,
-    ) -> Any:  # optimizer.sandbox.Session
+    def open_session(self, entry: str, payload: Mapping[str, Any], *, workdir: Path,
+                     **options: Unpack[SessionOptions]) -> Any:  # optimizer.sandbox.Session
         ...
 
 
@@ -137,34 +119,24 @@ class EvalContext:
             entry, payload, workdir=workdir, io_dir=self.io_dir, timeout_s=self.timeout_s
         )
 
-    def session(
-        self,
-        entry: str,
-        payload: Mapping[str, Any],
-        *,
-        workdir: Path,
-        io_dir: Path | None = None,
-        timeout_s: float | None = None,
-        shm_bytes: int = 0,
-        writable: Sequence[Path] | None = None,
-        spin_s: float = 0.0,
-    ) -> Any:
+    def session(self, entry: str, payload: Mapping[str, Any], *, workdir: Path,
+                **options: Unpack[SessionOptions]) -> Any:
         """A sandboxed process in ``workdir`` that serves requests until closed
         (``optimizer.sandbox.Session``): the candidate's code runs there, and the caller
         (the trusted side) sends it inputs by value and times every request from outside.
         ``entry`` builds the child's handler, e.g. ``"optimizer.sandbox.serve:functions"``
         to call the candidate module's declared functions. A session that cannot start
-        says why in ``.error`` (``.timed_out`` when it was not ready in time). ``spin_s``:
-        how long each side busy-waits for the next message before it blocks (a round trip
-        without two sleeps and wake-ups, for a core each; 0: none)."""
-        return self.sandbox.open_session(
-            entry, payload, workdir=workdir, io_dir=io_dir or self.io_dir,
-            timeout_s=timeout_s or self.timeout_s, shm_bytes=shm_bytes, writable=writable,
-            spin_s=spin_s,
-        )
+        says why in ``.error`` (``.timed_out`` when it was not ready in time). ``options``
+        as for the sandbox (:class:`~optimizer.sandbox.calls.SessionOptions`), ``io_dir``
+        and ``timeout_s`` by default this evaluation's; ``spin_s``: how long each side
+        busy-waits for the next message before it blocks (a round trip without two sleeps
+        and wake-ups, for a core each; 0: none)."""
+        mine: SessionOptions = {**options, "io_dir": options.get("io_dir") or self.io_dir,
+                                "timeout_s": options.get("timeout_s") or self.timeout_s}
+        return self.sandbox.open_session(entry, payload, workdir=workdir, **mine)
 
 
-def result_from_call(call: Any, stage: str) -> EvalResult | None:
+def result_from_call(call: CallResult, stage: str) -> EvalResult | None:
     """Turn a failed sandbox call into FAILED/TIMEOUT; None when it delivered a response."""
     if call.timed_out:
         return EvalResult(

@@ -115,7 +115,8 @@ def late():
 GROUND = {"optimizer", "optimizer.records", "optimizer.targets", "optimizer.errors",
           "optimizer.syntax", "optimizer.kinds", "optimizer.kinds._base",
           "optimizer.sandbox.loader", "optimizer.sandbox.landlock",
-          "optimizer.sandbox.seccomp", "optimizer.sandbox.procfs"}
+          "optimizer.sandbox.seccomp", "optimizer.sandbox.procfs",
+          "optimizer.sandbox.calls"}
 
 
 def _upward(graph: dict[str, set[str]]) -> list[str]:
