@@ -53,4 +53,3 @@ BUILTIN_KINDS: dict[str, str] = {
 BUILTIN_COMMANDS: dict[str, str] = {
     "import-kernelbench": "evaluators.kernels.kernelbench:COMMAND",
 }
-_BUILTIN = BUILTIN_KINDS  # the name older callers use

@@ -104,7 +104,9 @@ class EvalContext:
     device_lock: Any = None  # shared by the slots on one device; None: no other slot
 
     def device_alone(self) -> AbstractContextManager[Any]:
-        """Hold the device for a timed phase (``with ctx.device_alone(): ...``)."""
+        """Hold the device for a timed phase (``with ctx.device_alone(): ...``). Only a
+        phase whose result a clock decides takes it: compiling, checking, waiting on I/O
+        and deterministic metrics run beside the other slots of the device."""
         return self.device_lock if self.device_lock is not None else contextlib.nullcontext()
 
     def cache(self) -> Path:
