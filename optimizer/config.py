@@ -483,7 +483,7 @@ def _check_kind(spec: TargetSpec) -> None:
     """The target's kind exists and accepts its ``[evaluator]`` settings (unknown keys in
     any nested table are errors): the evaluator is built once here, before anything is
     written."""
-    import evaluators
+    from optimizer import kinds as evaluators
 
     try:
         evaluators.get(spec.kind)(spec)

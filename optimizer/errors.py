@@ -59,14 +59,8 @@ class EditError(ProposalError):
 class KnobError(ProposalError):
     """A knob declaration or value is unusable; says which file, line and knob, and the fix."""
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        file: str | None = None,
-        line: int | None = None,
-        knob: str | None = None,
-    ):
+    def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
+                 knob: str | None = None):
         self.file = file
         self.line = line
         self.knob = knob

@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from evaluators._base import EvalContext, Evaluator
 from optimizer.config import ExperimentConfig
 from optimizer.errors import SandboxError
+from optimizer.kinds import EvalContext, Evaluator
 from optimizer.night import Run
 from optimizer.records import CandidateState, EvalResult
 from optimizer.sandbox import Sandbox, SandboxSettings

@@ -14,13 +14,13 @@ import statistics
 
 import optuna
 
-import evaluators
-from evaluators._base import Evaluator
+from optimizer import kinds as evaluators
 from optimizer import search
 from optimizer import slots as slot_plan
 from optimizer.archive import Archive
 from optimizer.config import ExperimentConfig, TargetEntry
 from optimizer.evaluation import log_outputs, make_sandbox
+from optimizer.kinds import Evaluator
 from optimizer.minimize import planned_trials
 from optimizer.night import Run, TargetSummary
 from optimizer.records import SEED_ID, CandidateState, Proposal, content_hash

@@ -28,13 +28,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from evaluators._base import EvalContext, Evaluator
 from optimizer import slots as slot_plan
 from optimizer.accounting import Ledger, Prices
 from optimizer.budget import Budget, StopOnSigint
 from optimizer.config import ExperimentConfig, TargetEntry
 from optimizer.coordination import Alone
 from optimizer.evaluation import device_for, fresh_context
+from optimizer.kinds import EvalContext, Evaluator
 from optimizer.lane import (
     CONFIRM_SHARE,
     Horizon,

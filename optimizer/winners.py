@@ -17,10 +17,10 @@ from typing import Any
 
 import optuna
 
-from evaluators._base import Evaluator
 from optimizer import stats
 from optimizer.archive import Archive
 from optimizer.evaluation import device_for, fresh_context
+from optimizer.kinds import Evaluator
 from optimizer.minimize import Evaluate, Gate, reduce
 from optimizer.night import Run
 from optimizer.records import (

@@ -19,8 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import evaluators
-from evaluators._base import Evaluator
+from optimizer import kinds as evaluators
 from optimizer.config import ExperimentConfig, SandboxConfig
 from optimizer.errors import SandboxError
 from optimizer.evaluation import (
@@ -30,6 +29,7 @@ from optimizer.evaluation import (
     guarded,
     make_sandbox,
 )
+from optimizer.kinds import Evaluator
 from optimizer.records import EvalResult
 from optimizer.sandbox import Sandbox
 from optimizer.targets import TargetSpec

@@ -14,20 +14,31 @@ local, while the inputs, the reference, the comparison and the clock stay here. 
 
 ``[evaluator]`` settings in target.toml: ``module`` (default "evaluate.py"), ``program``
 (default: the first editable file), ``repeats`` (evaluations per measurement; the
-primary metric's median is reported and the repetitions kept as samples; default 3).
+primary metric's median is reported and the repetitions kept as samples; default 3),
+``timed`` (which phase of an evaluation is timed, see below).
 Besides what ``evaluate`` returns, every measurement reports ``import_s`` (the candidate's
 import, measured from outside) and ``cpu_s`` (its process's CPU time as the kernel counts
 it, per evaluation).
+
+Slots on one device share its timing lock, and only a timed phase holds it, so evaluations
+that time nothing run side by side. ``timed`` says what ``evaluate()`` times:
+
+- ``"evaluate"``: the whole call (it may read a clock anywhere); each call holds the lock.
+  The default for ``noise = "timing"``.
+- ``"calls"``: only the calls it times with ``harness.timed(fn, ...)``; each such call
+  holds the lock, the rest of ``evaluate()`` runs beside other slots.
+- ``"nothing"``: no clock decides its metrics (a deterministic metric, an evaluation that
+  waits on I/O); no lock. The default for ``noise = "deterministic"``.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import contextlib
 import math
 import statistics
-import sys
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +51,10 @@ from evaluators.function.harness import (
 )
 from optimizer.errors import ConfigError
 from optimizer.records import CandidateState, EvalResult
+from optimizer.sandbox.loader import NotImportable, load_module
 
-_SETTINGS = {"module", "program", "repeats", "fuzz", "fuzz_publish"}
+_SETTINGS = {"module", "program", "repeats", "fuzz", "fuzz_publish", "timed"}
+TIMED = ("evaluate", "calls", "nothing")  # what evaluate() times (module docstring)
 
 
 class FunctionEvaluator(Evaluator):
@@ -75,6 +88,11 @@ class FunctionEvaluator(Evaluator):
                 raise ConfigError(f"must be a whole number >= 0, not {value!r}", file=where,
                                   key=f"evaluator.{key}")
             self.fuzz_budgets[key] = value
+        timed = settings.get("timed", "evaluate" if target.noise == "timing" else "nothing")
+        if timed not in TIMED:
+            raise ConfigError(f"must be one of {', '.join(map(repr, TIMED))}, not {timed!r}",
+                              file=where, key="evaluator.timed")
+        self.timed = str(timed)
         if not self.module_path.is_file():
             raise ConfigError(f"evaluator module {self.module_path} not found", file=where,
                               key="evaluator.module")
@@ -96,20 +114,17 @@ class FunctionEvaluator(Evaluator):
     def _import_trusted(self) -> Any:
         if self._trusted is None:
             name = f"_target_evaluate_{self.target.name}_{id(self)}"
-            spec = importlib.util.spec_from_file_location(name, self.module_path)
-            if spec is None or spec.loader is None:
-                raise ConfigError(f"cannot import {self.module_path}")
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[name] = mod
-            spec.loader.exec_module(mod)
-            self._trusted = mod
+            try:
+                self._trusted = load_module(self.module_path, name)
+            except NotImportable:
+                raise ConfigError(f"cannot import {self.module_path}") from None
         return self._trusted
 
     def _run(self, fn: Callable[[str], Any], folder: Path, ctx: EvalContext, stage: str,
              programs_out: list[Programs] | None = None) -> tuple[EvalResult | None, Any]:
         """Call a trusted function with a stand-in for the program in ``folder``; every
         failure becomes a state with a reason."""
-        programs = Programs(ctx, folder, self.program)
+        programs = Programs(ctx, folder, self.program, timed_calls=self.timed == "calls")
         try:
             return None, fn(programs.stand_in())
         except AssertionError as exc:
@@ -188,7 +203,7 @@ class FunctionEvaluator(Evaluator):
         runs: list[dict[str, float]] = []
         programs: list[Programs] = []
         for _ in range(self.repeats):
-            with ctx.device_alone():  # evaluate() may time the program
+            with self._timed_call(ctx):
                 failed, value = self._run(func, cand_dir, ctx, stage, programs)
             if failed is not None:
                 return failed
@@ -197,6 +212,11 @@ class FunctionEvaluator(Evaluator):
             except (TypeError, ValueError) as exc:
                 return EvalResult(CandidateState.FAILED, f"{name}(): {exc}", stage)
         return self._result(runs, programs, stage)
+
+    def _timed_call(self, ctx: EvalContext) -> AbstractContextManager[Any]:
+        """The device's timing lock around one ``evaluate()`` call, where the whole call is
+        timed; nothing otherwise (``timed = "calls"`` locks inside, in ``harness.timed``)."""
+        return ctx.device_alone() if self.timed == "evaluate" else contextlib.nullcontext()
 
     def _result(self, runs: list[dict[str, float]], programs: list[Programs],
                 stage: str) -> EvalResult:
@@ -246,7 +266,8 @@ class FunctionEvaluator(Evaluator):
         base: list[float] = []
         for _ in range(max(3, repeats)):
             for folder, sink in ((base_dir, base), (cand_dir, cand)):
-                failed, value = self._run(evaluate, folder, ctx, "compare")
+                with self._timed_call(ctx):
+                    failed, value = self._run(evaluate, folder, ctx, "compare")
                 if failed is not None:
                     return failed
                 try:

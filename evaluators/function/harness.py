@@ -15,18 +15,24 @@ frames) reaches them.
 Timing: :func:`timed` gives a call's duration as measured on the trusted side around the
 round trip (encoding the arguments is not counted; the channel's own cost, about 40 us
 plus the copy of a large result, is). A target should time every call on fresh inputs and
-check every timed output.
+check every timed output. Where the target says it times its calls only (``timed =
+"calls"`` in its ``[evaluator]`` settings), each :func:`timed` call holds the device's
+timing lock.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import secrets
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
+
+from optimizer.sandbox.loader import NotImportable, load_module
 
 ENTRY = "optimizer.sandbox.serve:functions"
 SHM_BYTES = 256 << 20  # large inputs and results cross through shared memory
@@ -104,7 +110,8 @@ def timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float
     """``(fn(*args, **kwargs), seconds)``: for a candidate's function the seconds are
     measured on the trusted side around the round trip; for a local one, around the call."""
     if isinstance(fn, RemoteFunction):
-        value = fn(*args, **kwargs)
+        with fn._programs.timing():
+            value = fn(*args, **kwargs)
         return value, fn.last_seconds
     start = time.perf_counter()
     value = fn(*args, **kwargs)
@@ -133,14 +140,10 @@ def batched(fn: Callable[..., Any], args_list: Sequence[Sequence[Any]]) -> list[
 
 def load_stand_in(path: str) -> Any:
     """Import a stand-in module (what ``evaluate.py``'s own loader does)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"_stand_in_{next(_tokens)}", path)
-    if spec is None or spec.loader is None:
-        raise CandidateUnavailable(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    try:
+        return load_module(path, f"_stand_in_{next(_tokens)}", register=False)
+    except NotImportable as exc:
+        raise CandidateUnavailable(str(exc)) from None
 
 
 _REGISTRY: dict[str, Programs] = {}
@@ -159,8 +162,9 @@ class Programs:
     """The candidate processes of one evaluation stage (each import of the stand-in starts
     one), with the stage's deadline and what they cost."""
 
-    def __init__(self, ctx: Any, workdir: Path, module: str):
+    def __init__(self, ctx: Any, workdir: Path, module: str, *, timed_calls: bool = False):
         self.ctx = ctx
+        self.timed_calls = timed_calls  # timed() holds the device's timing lock
         self.workdir = workdir
         self.module = module
         self.deadline = time.monotonic() + ctx.timeout_s
@@ -172,6 +176,12 @@ class Programs:
 
     def remaining(self) -> float:
         return max(0.05, self.deadline - time.monotonic())
+
+    def timing(self) -> AbstractContextManager[Any]:
+        """Around a call :func:`timed` times: the device's timing lock where the target
+        times its calls only (``timed = "calls"``), else nothing (the caller holds it
+        around the whole ``evaluate()``, or nothing is timed)."""
+        return self.ctx.device_alone() if self.timed_calls else contextlib.nullcontext()
 
     def stand_in(self) -> str:
         """The path ``evaluate.py`` is given in place of the candidate's file."""

@@ -15,13 +15,13 @@ its interpreter: ``TRITON_INTERPRET=1`` is set before triton or the candidate is
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from optimizer.sandbox.loader import load_module as _load
 
 # call sequence per workload: (name, input set loaded into the live input tensors)
 # A1 then B, then C written *into A's storage* (catches caches keyed by data pointer or
@@ -35,16 +35,6 @@ def _setup(device: str) -> Any:
     import torch
 
     return torch
-
-
-def _load(module_file: Path, name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, module_file)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {module_file}")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 class _Poison:

@@ -29,13 +29,11 @@ session), so the candidate is imported and compiled once.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import math
 import random
 import secrets
 import shutil
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -56,6 +54,7 @@ from evaluators._base import (
 from evaluators.kernels.static_checks import check_source
 from optimizer.errors import ConfigError
 from optimizer.records import CandidateState, EvalResult
+from optimizer.sandbox.loader import load_module
 
 _EVAL_KEYS = {"distributions", "allow_tf32", "repetitions", "tolerances", "workloads", "blocks"}
 _WORKLOAD_KEYS = {"name", "device", "args", "init", "param_dtype", "skip"}
@@ -134,14 +133,7 @@ class KernelConfig:
 def load_reference(target_dir: Path) -> Any:
     """Import the trusted ``reference.py`` of a target under a private module name."""
     path = target_dir / "reference.py"
-    name = f"_reference_{abs(hash(str(path)))}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ConfigError("cannot import reference.py", file=str(path))
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_module(path, f"_reference_{abs(hash(str(path)))}")
 
 
 def _device_kind(device: str) -> str:

@@ -25,15 +25,14 @@ problem files you would run yourself.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 from evaluators._base import Command
 from optimizer.errors import ConfigError
+from optimizer.sandbox.loader import NotImportable, load_module
 
 # under TRITON_INTERPRET=1 a kernel runs ~400x slower than torch on the CPU; 64k elements
 # keep one CPU check of a simple op within a few seconds
@@ -60,13 +59,10 @@ def _safe_name(text: str) -> str:
 
 
 def _load(problem_file: Path):
-    spec = importlib.util.spec_from_file_location(f"_kb_{abs(hash(problem_file))}", problem_file)
-    if spec is None or spec.loader is None:
-        raise ConfigError("cannot import the problem file", file=str(problem_file))
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
     try:
-        spec.loader.exec_module(mod)
+        mod = load_module(problem_file, f"_kb_{abs(hash(problem_file))}")
+    except NotImportable:
+        raise ConfigError("cannot import the problem file", file=str(problem_file)) from None
     except SyntaxError as exc:
         raise ConfigError(f"line {exc.lineno}: syntax error: {exc.msg}; fix the problem file",
                           file=str(problem_file)) from None
@@ -180,12 +176,8 @@ def _check_reduced(folder: Path, sizes: dict[str, int], init: list[Any]) -> str:
     """Run the written reference at the reduced sizes as the evaluator will; '' if it ran."""
     import torch
 
-    spec = importlib.util.spec_from_file_location(f"_kb_check_{abs(hash(folder))}",
-                                                  folder / "reference.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(mod)
+        mod = load_module(folder / "reference.py", register=False)
         inputs = list(mod.get_inputs(**sizes))
         with torch.no_grad():
             mod.Model(*init)(*inputs)

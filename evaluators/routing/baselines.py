@@ -10,10 +10,8 @@ core (measured with bench/routing_search.py's settings, 2026-11-29).
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import math
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +22,7 @@ from evaluators.routing.metrics import Slo, compute_metrics
 from evaluators.routing.sched import DecisionError, Hooks
 from evaluators.routing.sim import SimConfig, SimResult, simulate
 from evaluators.routing.workload import Workload
+from optimizer.sandbox import loader
 
 _loads = itertools.count()
 
@@ -31,14 +30,7 @@ _loads = itertools.count()
 def load_module(path: Path) -> Any:
     """Import a trusted policy file as a fresh module (module state never leaks between
     runs). Only for our own files: candidates run in a session (evaluators/routing/child.py)."""
-    name = f"_routing_policy_{next(_loads)}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return loader.load_module(path, f"_routing_policy_{next(_loads)}")
 
 
 def load_policy(path: Path) -> Any:

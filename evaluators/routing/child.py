@@ -28,10 +28,7 @@ the trusted side refuses.
 
 from __future__ import annotations
 
-import ctypes
-import importlib.util
 import os
-import struct
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,6 +36,9 @@ from typing import Any
 from evaluators.routing import wire
 from evaluators.routing.api import STATIC, RequestInfo, View
 from evaluators.routing.sched import HOOKS, ReplicaState, Running, Waiting
+from optimizer.sandbox import landlock
+from optimizer.sandbox.loader import load_module
+from optimizer.sandbox.seccomp import deny_processes
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 CODE_PACKAGES = ("optimizer", "evaluators")  # what the child imports of the project
@@ -54,16 +54,6 @@ def serve_policy(payload: dict[str, Any], io_dir: Path) -> PolicyHandler:
             print(f"routing child: {why}", file=sys.stderr)
     return PolicyHandler(Path.cwd() / str(payload["module"]),
                          [str(f) for f in payload.get("functions", ())])
-
-
-def _load(path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location("candidate_policy", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path.name}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["candidate_policy"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _answer(value: Any) -> Any:
@@ -84,7 +74,7 @@ class PolicyHandler:
     def _start(self) -> bool:
         if self.fns:
             raise RuntimeError("the policy is already imported")
-        module = _load(self.path)
+        module = load_module(self.path, "candidate_policy")
         for name in self.functions:
             fn = getattr(module, name, None)
             if not callable(fn):
@@ -161,12 +151,6 @@ def _running(ints: list[int], floats: list[float], i: int) -> Running:
 
 
 # -- Landlock: what the candidate's process may read and write ----------------------------
-_LL_CREATE, _LL_ADD_RULE, _LL_RESTRICT = 444, 445, 446  # the same on every architecture
-_PR_SET_NO_NEW_PRIVS = 38
-_WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 1, 1 << 2, 1 << 3
-_DIR_WRITES = 0x1FF0  # REMOVE_DIR, REMOVE_FILE, MAKE_CHAR/DIR/REG/SOCK/FIFO/BLOCK/SYM (v1)
-_REFER, _TRUNCATE = 1 << 13, 1 << 14  # ABI 2, ABI 3
-_SCOPES = (1 << 0) | (1 << 1)  # ABI 6: abstract unix sockets and signals stay inside
 # device files a program may use; the rest of /dev (/dev/shm: shared by every process of a
 # warm sandbox) is out of reach, so no session can leave state there for the next
 _DEVICES = {"/dev/null": True, "/dev/zero": True, "/dev/full": True,
@@ -199,45 +183,13 @@ def _readable() -> list[str]:
 def confine(readable: list[str], writable: list[str]) -> str:
     """Reads only beneath ``readable`` and ``writable``, writes only beneath ``writable``
     (and to the harmless devices), for this process and its descendants; a layer on top of
-    whatever the sandbox applied. Returns "" when applied, else why not."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    abi = int(libc.syscall(_LL_CREATE, None, 0, 1))  # LANDLOCK_CREATE_RULESET_VERSION
-    if abi < 1:
-        return f"Landlock unavailable (errno {ctypes.get_errno()})"
-    file_rights = _READ_FILE | _WRITE_FILE | (_TRUNCATE if abi >= 3 else 0)
-    handled = file_rights | _READ_DIR | _DIR_WRITES | (_REFER if abi >= 2 else 0)
-    attr = (struct.pack("=QQQ", handled, 0, _SCOPES) if abi >= 6
-            else struct.pack("=Q", handled))
-    ruleset = int(libc.syscall(_LL_CREATE, attr, len(attr), 0))
-    if ruleset < 0:
-        return f"landlock_create_ruleset failed (errno {ctypes.get_errno()})"
-    rules = [(p, _READ_FILE | _READ_DIR) for p in readable]
-    rules += [(p, handled) for p in writable]
-    rules += [(p, file_rights if w else _READ_FILE) for p, w in _DEVICES.items()]
-    try:
-        for path, rights in rules:
-            try:
-                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-            except OSError:
-                continue
-            try:
-                if not os.path.isdir(path):
-                    rights &= file_rights
-                rule = struct.pack("=Qi", rights, fd)  # landlock_path_beneath_attr, packed
-                if libc.syscall(_LL_ADD_RULE, ruleset, 1, rule, 0) < 0:
-                    return f"landlock_add_rule({path}) failed (errno {ctypes.get_errno()})"
-            finally:
-                os.close(fd)
-        libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-        if libc.syscall(_LL_RESTRICT, ruleset, 0) < 0:
-            return f"landlock_restrict_self failed (errno {ctypes.get_errno()})"
-    finally:
-        os.close(ruleset)
-    return ""
+    whatever the sandbox applied, with abstract unix sockets and signals kept inside.
+    Returns "" when applied, else why not."""
+    return landlock.restrict(writable, readable, devices=_DEVICES,
+                             scopes=landlock.SCOPE_ABSTRACT_UNIX_SOCKET | landlock.SCOPE_SIGNAL)
 
 
-# -- seccomp: no processes but threads, no System V or POSIX message-queue IPC -----------
+# -- seccomp (optimizer/sandbox/seccomp.py): no processes but threads, no message IPC ----
 # The trusted side subtracts the run-queue wait of this process's main thread from each
 # decision's time (docs/routing.md, "Decision time"); that is sound only while no other
 # task of the candidate can keep the main thread waiting. Threads stay allowed (numpy's
@@ -247,72 +199,3 @@ def confine(readable: list[str], writable: list[str]) -> str:
 # back to clone), and syscalls of another ABI (i386, x32) EPERM. System V IPC and POSIX
 # message queues are refused too: warm sessions share one IPC namespace, so a run could
 # leave its choices there for the next one (files are closed by Landlock above).
-_IPC = ("shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semctl", "semtimedop",
-        "msgget", "msgsnd", "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend",
-        "mq_timedreceive", "mq_notify", "mq_getsetattr")
-_ARCH = {"x86_64": (0xC000003E, {"clone": 56, "fork": 57, "vfork": 58, "clone3": 435,
-                                 **dict(zip(_IPC[:4], (29, 30, 31, 67), strict=True)),
-                                 **dict(zip(_IPC[4:8], (64, 65, 66, 220), strict=True)),
-                                 **dict(zip(_IPC[8:12], (68, 69, 70, 71), strict=True)),
-                                 **dict(zip(_IPC[12:], range(240, 246), strict=True))}),
-         "aarch64": (0xC00000B7, {"clone": 220, "clone3": 435,
-                                  **dict(zip(_IPC[:4], (194, 196, 195, 197), strict=True)),
-                                  **dict(zip(_IPC[4:8], (190, 193, 191, 192), strict=True)),
-                                  **dict(zip(_IPC[8:12], (186, 189, 188, 187), strict=True)),
-                                  **dict(zip(_IPC[12:], range(180, 186), strict=True))})}
-_LD, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
-_ALLOW, _ERRNO = 0x7FFF0000, 0x00050000
-_EPERM, _ENOSYS, _CLONE_THREAD = 1, 38, 0x00010000
-_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
-
-
-def _filter(arch: int, nrs: dict[str, int], x32: bool) -> list[Any]:
-    """The BPF program: instructions (code, jump if true, jump if false, k), where a jump
-    names a label ("" = the next instruction), and the labels themselves (strings)."""
-    prog: list[Any] = [(_LD, "", "", 4), (_JEQ, "", "deny", arch), (_LD, "", "", 0)]
-    if x32:
-        prog.append((_JGE, "deny", "", 0x40000000))
-    prog.append((_JEQ, "nosys", "", nrs["clone3"]))
-    prog += [(_JEQ, "deny", "", nrs[n]) for n in ("fork", "vfork", *_IPC) if n in nrs]
-    prog += [(_JEQ, "clone", "allow", nrs["clone"]),
-             "clone", (_LD, "", "", 16),  # args[0], the flags (low 32 bits)
-             (_JSET, "allow", "deny", _CLONE_THREAD),
-             "allow", (_RET, "", "", _ALLOW), "deny", (_RET, "", "", _ERRNO | _EPERM),
-             "nosys", (_RET, "", "", _ERRNO | _ENOSYS)]
-    return prog
-
-
-def _assemble(prog: list[Any]) -> bytes:
-    labels: dict[str, int] = {}
-    code: list[tuple[int, str, str, int]] = []
-    for item in prog:
-        if isinstance(item, str):
-            labels[item] = len(code)
-        else:
-            code.append(item)
-    out = []
-    for i, (op, jt, jf, k) in enumerate(code):
-        t = labels[jt] - i - 1 if jt else 0
-        f = labels[jf] - i - 1 if jf else 0
-        out.append(struct.pack("=HBBI", op, t, f, k))
-    return b"".join(out)
-
-
-def deny_processes() -> str:
-    """Install the filter above on this process (inherited by its threads); "" when done."""
-    import platform
-
-    machine = platform.machine()
-    if machine not in _ARCH:
-        return f"no seccomp filter for {machine}: processes are not refused"
-    arch, nrs = _ARCH[machine]
-    code = _assemble(_filter(arch, nrs, machine == "x86_64"))
-    program = ctypes.create_string_buffer(code)
-    fprog = ctypes.create_string_buffer(struct.pack("=HxxxxxxQ", len(code) // 8,
-                                                    ctypes.addressof(program)))
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER,
-                  ctypes.c_void_p(ctypes.addressof(fprog)), 0, 0) != 0:
-        return f"seccomp filter refused (errno {ctypes.get_errno()}): processes are not refused"
-    return ""

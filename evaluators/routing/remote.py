@@ -44,7 +44,6 @@ many decisions have exceeded the bound that the p99 must exceed it.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from itertools import chain
@@ -54,9 +53,13 @@ from typing import Any
 from evaluators.routing import wire
 from evaluators.routing.api import STATIC, RequestInfo, View
 from optimizer.records import CandidateState
+from optimizer.sandbox import procfs
+from optimizer.sandbox.procfs import TICKS as _TICKS
+from optimizer.sandbox.procfs import Schedstat as _Schedstat
+from optimizer.sandbox.procfs import cpu_seconds as _cpu_s
+from optimizer.sandbox.procfs import status as _status
 
 _perf = time.perf_counter
-_TICKS = os.sysconf("SC_CLK_TCK")
 _CPU_SLACK_S = 2.0 / _TICKS  # /proc/<pid>/stat counts clock ticks: two readings
 _TRANSPORT_BLOCKS = 1  # voluntary context switches of the child per request, at most
 
@@ -78,30 +81,6 @@ def percentiles(times: list[float]) -> dict[str, float]:
             * 1e3, "max_ms": s[-1] * 1e3}
 
 
-class _Schedstat:
-    """A thread's ``schedstat`` (on-CPU ns, run-queue wait ns), read with one pread."""
-
-    def __init__(self, task: str):
-        try:
-            self.fd: int | None = os.open(f"{task}/schedstat", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            self.fd = None
-
-    def read(self) -> tuple[int, int]:
-        if self.fd is None:
-            return 0, 0
-        try:
-            cpu, wait = os.pread(self.fd, 128, 0).split()[:2]
-        except (OSError, ValueError):
-            return 0, 0
-        return int(cpu), int(wait)
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-        self.fd = None
-
-
 def child_pid(session: Any) -> int | None:
     """The host pid of the session's process. ``Session.pid`` misses it for a cold session
     without bwrap (it looks among the descendants of the launched process, which is the
@@ -111,32 +90,7 @@ def child_pid(session: Any) -> int | None:
     proc = getattr(getattr(session, "launch", None), "proc", None)
     if proc is None:
         return None
-    try:
-        with open(f"/proc/{proc.pid}/cmdline", "rb") as fh:
-            return int(proc.pid) if b"optimizer.sandbox.child" in fh.read() else None
-    except OSError:
-        return None
-
-
-def _cpu_s(pid: int | None) -> float | None:
-    """User + system CPU time of every thread of process ``pid`` (clock ticks)."""
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
-
-
-def _status(pid: int | str) -> dict[str, str]:
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            return {k: v.strip() for k, v in (line.split(":", 1) for line in fh if ":" in line)}
-    except OSError:
-        return {}
+    return int(proc.pid) if b"optimizer.sandbox.child" in procfs.cmdline(proc.pid) else None
 
 
 def _blocks(pid: int | None) -> int | None:

@@ -24,13 +24,11 @@ draft never chooses, or sees in advance, the randomness its ``q`` is judged by.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import queue
 import shutil
 import stat
-import sys
 import threading
 import time
 from pathlib import Path
@@ -44,6 +42,7 @@ from evaluators.speculative.api import Draft, TargetView
 from evaluators.speculative.decoding import speculative_decode
 from evaluators.speculative.distill import load_data, train_draft
 from evaluators.speculative.model import LMConfig, TargetHead, TinyLM
+from optimizer.sandbox.loader import load_module
 
 # Entries bwrap's --dev creates (2026-12-01, bubblewrap 0.8.0); anything else in /dev was
 # made by a call (see _wipe_shared_tmpfs).
@@ -51,16 +50,6 @@ _DEV_LINKS = {"ptmx": "pts/ptmx", "core": "/proc/kcore", "fd": "/proc/self/fd",
               "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
               "stderr": "/proc/self/fd/2"}
 _DEV_KEEP = {"pts", "shm", "mqueue", "hugepages"}
-
-
-def _load_module(path: Path, name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _wipe_shared_tmpfs() -> None:
@@ -171,7 +160,7 @@ class _Trainer:
         for param in self.model.parameters():
             param.requires_grad_(False)
         self.train_tokens = load_file(str(folder / "tokens.safetensors"))["train"]
-        self.mod = _load_module(Path.cwd() / "draft.py", payload.get("module", "draft"))
+        self.mod = load_module(Path.cwd() / "draft.py", str(payload.get("module", "draft")))
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         if request.get("op") != "train":
@@ -353,7 +342,7 @@ def draft_server(payload: dict[str, Any], io_dir: Path) -> DraftHandler:
     view.eval().to(device)
     for param in view.parameters():
         param.requires_grad_(False)
-    mod = _load_module(Path.cwd() / "draft.py", payload.get("module", "draft"))
+    mod = load_module(Path.cwd() / "draft.py", str(payload.get("module", "draft")))
     draft = _build(mod, view, int(payload["train_seed"])).to(device)
     if payload.get("weights"):
         _load_weights(draft, load_file(payload["weights"]), view)

@@ -2,9 +2,10 @@
 start).
 
 Runs inside the sandbox. Reads the request (JSON) from stdin, applies its resource limits
-to itself, imports the trusted entry function ``module:function`` and calls it with the
-payload and the io directory; the JSON-able return value (or the error) is written to the
-response pipe ``RESPONSE_FD``. Nothing else goes back: the engine parses that JSON, never a
+and Landlock (:mod:`optimizer.sandbox.landlock`) to itself, imports the trusted entry
+function ``module:function`` and calls it with the payload and the io directory; the
+JSON-able return value (or the error) is written to the response pipe ``RESPONSE_FD``.
+Nothing else goes back: the engine parses that JSON, never a
 pickle. KeyboardInterrupt and SystemExit raised by candidate code become an ``error``
 field, never an exit of the engine. :mod:`optimizer.sandbox.zygote` calls :func:`run_entry` in a
 forked child instead of starting an interpreter.
@@ -20,19 +21,21 @@ This module imports only the standard library.
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import json
 import math
 import os
 import resource
-import struct
 import sys
 import traceback
 from pathlib import Path
 from typing import Any
 
+from optimizer.sandbox import landlock
+from optimizer.sandbox.landlock import abi as landlock_abi
 from optimizer.slots import pin_from_env
+
+__all__ = ["apply_limits", "confine", "landlock_abi", "main", "run_entry"]
 
 _RLIMITS = {
     "as": resource.RLIMIT_AS,
@@ -59,67 +62,11 @@ def apply_limits(limits: dict[str, int]) -> None:
             print(f"sandbox: cannot set RLIMIT_{name.upper()}={value}: {exc}", file=sys.stderr)
 
 
-# Landlock (Linux >= 5.13): an unprivileged LSM, so it works with and without bwrap, as
-# root too. Syscall numbers are the same on every architecture.
-_LL_CREATE, _LL_ADD_RULE, _LL_RESTRICT = 444, 445, 446
-_PR_SET_NO_NEW_PRIVS = 38
-# write-type rights by ABI: WRITE_FILE, REMOVE_DIR, REMOVE_FILE, MAKE_* (v1); REFER (v2);
-# TRUNCATE (v3). Reads are not handled: bwrap decides what is visible.
-_LL_WRITE = {1: 0x1FF2, 2: 0x3FF2, 3: 0x7FF2}
-_LL_SCOPE_SIGNAL = 1 << 1  # ABI 6: no signals to processes outside the domain
-
-
-def landlock_abi() -> int:
-    """The kernel's Landlock ABI version; 0 when unavailable."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    return max(0, int(libc.syscall(_LL_CREATE, None, 0, 1)))
-
-
-def landlock_writes(paths: list[str]) -> str:
-    """Allow writes only beneath ``paths`` (and /dev) for this process and its descendants.
-
-    With Landlock ABI >= 6 it also forbids signalling processes outside the sandbox (the
-    zygote, the engine). Returns "" when applied, else why not (old kernel, disabled LSM).
-    """
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    abi = libc.syscall(_LL_CREATE, None, 0, 1)  # LANDLOCK_CREATE_RULESET_VERSION
-    if abi < 1:
-        return f"Landlock unavailable (errno {ctypes.get_errno()})"
-    handled = _LL_WRITE[min(abi, 3)]
-    if abi >= 6:
-        attr = struct.pack("=QQQ", handled, 0, _LL_SCOPE_SIGNAL)
-    else:
-        attr = struct.pack("=Q", handled)
-    ruleset = libc.syscall(_LL_CREATE, attr, len(attr), 0)
-    if ruleset < 0:
-        return f"landlock_create_ruleset failed (errno {ctypes.get_errno()})"
-    try:
-        for path in [*paths, "/dev"]:
-            try:
-                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-            except OSError:
-                continue
-            try:
-                rule = struct.pack("=Qi", handled, fd)  # landlock_path_beneath_attr, packed
-                if libc.syscall(_LL_ADD_RULE, ruleset, 1, rule, 0) < 0:
-                    return f"landlock_add_rule({path}) failed (errno {ctypes.get_errno()})"
-            finally:
-                os.close(fd)
-        libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-        if libc.syscall(_LL_RESTRICT, ruleset, 0) < 0:
-            return f"landlock_restrict_self failed (errno {ctypes.get_errno()})"
-    finally:
-        os.close(ruleset)
-    return ""
-
-
 def confine(request: dict[str, Any], extra_writable: list[str]) -> None:
     """Limits, then Landlock when the request asks for it (trusted code, before the entry)."""
     apply_limits(request.get("limits", {}))
     if request.get("landlock"):
-        why = landlock_writes([*request.get("writable", []), *extra_writable])
+        why = landlock.restrict([*request.get("writable", []), *extra_writable, "/dev"])
         if why:
             print(f"sandbox: {why}; writes are not confined beyond the mounts", file=sys.stderr)
 

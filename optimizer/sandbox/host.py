@@ -33,10 +33,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from optimizer.errors import IsolationError, SandboxError, ZygoteDied
 from optimizer.sandbox.bwrap import (
@@ -45,6 +45,12 @@ from optimizer.sandbox.bwrap import (
     default_ro,
     probe,
     scrubbed_env,
+)
+from optimizer.sandbox.calls import (
+    CallOptions,
+    CallResult,
+    SessionOptions,
+    unknown_options,
 )
 from optimizer.sandbox.pipes import CappedReader, describe_exit, make_pipe, parse_response
 from optimizer.sandbox.session import Session
@@ -83,19 +89,6 @@ class SandboxSettings:
     warm: bool = True  # use the zygote when workdir and io_dir lie under rw_root
     start_timeout_s: float = 300.0  # the zygote's preload (torch+triton: ~5-10 s cold)
     landlock: bool = True  # confine writes to workdir, io_dir and tmp (Linux >= 5.13)
-
-
-@dataclass(frozen=True)
-class CallResult:
-    """Outcome of one sandboxed call. ``response`` is None when none was delivered."""
-
-    response: dict[str, Any] | None
-    returncode: int | None
-    timed_out: bool
-    wall_s: float
-    stdout: str = ""
-    stderr: str = ""
-    error: str = ""  # why there is no response
 
 
 def _under(path: Path, root: Path) -> bool:
@@ -242,62 +235,42 @@ class Sandbox:
             self._release(z)
 
     # -- the call ----------------------------------------------------------------------
-    def call(
-        self,
-        entry: str,
-        payload: Mapping[str, Any],
-        *,
-        workdir: Path,
-        io_dir: Path | None = None,
-        timeout_s: float | None = None,
-        writable: Sequence[Path] | None = None,
-    ) -> CallResult:
+    def call(self, entry: str, payload: Mapping[str, Any], *, workdir: Path,
+             **options: Unpack[CallOptions]) -> CallResult:
         """Run ``entry(payload, io_dir)`` in a sandboxed child in ``workdir``; its JSON.
-        ``writable``: where the child may write (default: ``workdir`` and the io dir)."""
-        launch = self._launch(entry, payload, workdir, io_dir, timeout_s, None, writable)
-        return launch.finish()
+        ``options``: :class:`~optimizer.sandbox.calls.CallOptions`."""
+        unknown_options(options, CallOptions)
+        return self._launch(entry, payload, workdir, options, None).finish()
 
-    def open_session(
-        self,
-        entry: str,
-        payload: Mapping[str, Any],
-        *,
-        workdir: Path,
-        io_dir: Path | None = None,
-        timeout_s: float | None = None,
-        shm_bytes: int = 0,
-        ready_timeout_s: float | None = None,
-        writable: Sequence[Path] | None = None,
-        spin_s: float = 0.0,
-    ) -> Session:
+    def open_session(self, entry: str, payload: Mapping[str, Any], *, workdir: Path,
+                     **options: Unpack[SessionOptions]) -> Session:
         """A sandboxed child that serves requests until closed (see
         :mod:`optimizer.sandbox.serve`): ``entry(payload, io_dir)`` builds its handler.
-        ``timeout_s`` bounds the whole session; ``shm_bytes`` sizes the shared region for
-        large inputs (0: none); ``writable`` as for :meth:`call`; ``spin_s`` how long each
-        side busy-waits for the next message before it blocks (0: none; see
-        :mod:`optimizer.sandbox.session`)."""
+        ``options``: :class:`~optimizer.sandbox.calls.SessionOptions` (``timeout_s`` bounds
+        the whole session; on ``spin_s`` see :mod:`optimizer.sandbox.session`)."""
+        unknown_options(options, SessionOptions)
+        spin_s = options.get("spin_s", 0.0)
         if not 0.0 <= spin_s < float("inf"):
             raise ValueError(f"spin_s must be a finite number of seconds >= 0, not {spin_s}")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            launch = self._launch(entry, payload, workdir, io_dir, timeout_s, theirs, writable)
+            launch = self._launch(entry, payload, workdir, options, theirs)
         finally:
             theirs.close()
-        timeout = float(timeout_s or self.settings.timeout_s)
-        return Session(ours, launch, shm_bytes=shm_bytes,
-                       ready_timeout_s=ready_timeout_s or timeout, spin_s=spin_s)
+        timeout = float(options.get("timeout_s") or self.settings.timeout_s)
+        return Session(ours, launch, shm_bytes=options.get("shm_bytes", 0),
+                       ready_timeout_s=options.get("ready_timeout_s") or timeout, spin_s=spin_s)
 
     def _launch(
         self,
         entry: str,
         payload: Mapping[str, Any],
         workdir: Path,
-        io_dir: Path | None,
-        timeout_s: float | None,
+        options: CallOptions,
         channel: socket.socket | None,
-        writable: Sequence[Path] | None = None,
     ) -> Launch:
-        timeout = float(timeout_s or self.settings.timeout_s)
+        io_dir, writable = options.get("io_dir"), options.get("writable")
+        timeout = float(options.get("timeout_s") or self.settings.timeout_s)
         workdir = Path(os.path.realpath(workdir))
         own_io = None
         if io_dir is None:
@@ -427,30 +400,20 @@ class Sandbox:
         return Launch(self, readers, timeout, start, proc=proc, tmp=tmp)
 
 
+@dataclass(eq=False)
 class Launch:
     """A started sandboxed child: how to wait for its end and what it said."""
 
-    def __init__(
-        self,
-        sandbox: Sandbox,
-        readers: list[CappedReader],
-        timeout: float,
-        start: float,
-        *,
-        zygote: Zygote | None = None,
-        proc: subprocess.Popen[bytes] | None = None,
-        tmp: str = "",
-    ):
-        self.sandbox = sandbox
-        self.readers = readers
-        self.timeout = timeout
-        self.start = start
-        self.zygote = zygote
-        self.proc = proc
-        self.tmp = tmp
-        self.died = ""
-        self.own_io: Path | None = None
-        self.result: CallResult | None = None
+    sandbox: Sandbox
+    readers: list[CappedReader]
+    timeout: float
+    start: float
+    zygote: Zygote | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    tmp: str = ""
+    died: str = ""
+    own_io: Path | None = None
+    result: CallResult | None = None
 
     @property
     def root_pid(self) -> int | None:

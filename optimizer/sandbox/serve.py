@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from optimizer.sandbox import channel
+from optimizer.sandbox.loader import load_module
 
 # The session's setup: the region's size (the memfd rides on it, SCM_RIGHTS) and spin_s.
 SHM_SETUP = struct.Struct("<Qd")
@@ -102,17 +103,6 @@ def serve(entry: str, payload: dict[str, Any], io_dir: Path, channel_fd: int) ->
 
 
 # -- the generic handler: calling a candidate module's functions ---------------------------
-
-
-def load_module(path: Path, name: str = "candidate") -> Any:
-    """Import ``path`` as a fresh module named ``name``."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 class FunctionHandler:
@@ -188,6 +178,6 @@ def functions(payload: dict[str, Any], io_dir: Path) -> FunctionHandler:
     """The session entry for the ``function`` style: import ``payload["module"]`` (a file in
     the candidate's folder) and serve calls of ``payload["functions"]``."""
     path = Path.cwd() / payload["module"]
-    module = load_module(path, payload.get("name", "candidate"))
+    module = load_module(path, str(payload.get("name", "candidate")))
     return FunctionHandler(module, list(payload.get("functions", ())),
                            list(payload.get("constants", ())), bool(payload.get("public")))

@@ -28,21 +28,17 @@ the channel gives ``reply.died``; an exception in the candidate comes back as
 
 from __future__ import annotations
 
-import os
 import select
 import socket
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from optimizer.errors import SandboxError
 from optimizer.sandbox import channel
+from optimizer.sandbox.calls import CallResult, Started
+from optimizer.sandbox.procfs import cpu_seconds, host_pid
 from optimizer.sandbox.serve import SHM_SETUP
-
-if TYPE_CHECKING:
-    from optimizer.sandbox.host import CallResult, Launch
-
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class SessionError(SandboxError):
@@ -75,64 +71,10 @@ class Reply:
         return self.died or self.error
 
 
-def _descendants(root: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(int(name))
-    out, todo = set(), [root]
-    while todo:
-        pid = todo.pop()
-        for child in children.get(pid, ()):
-            if child not in out:
-                out.add(child)
-                todo.append(child)
-    return out
-
-
-def host_pid(ns_pid: int, root: int | None) -> int | None:
-    """The host pid of the process that calls itself ``ns_pid`` inside its PID namespace,
-    among the descendants of ``root`` (None when it cannot be found)."""
-    if root is None:
-        return None
-    for pid in _descendants(root):
-        try:
-            with open(f"/proc/{pid}/status") as fh:
-                for line in fh:
-                    if line.startswith("NSpid:"):
-                        if int(line.split()[-1]) == ns_pid:
-                            return pid
-                        break
-        except (OSError, ValueError):
-            continue
-    return None
-
-
-def cpu_seconds(pid: int | None) -> float | None:
-    """User + system CPU time of process ``pid`` (all its threads), from the kernel."""
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
-
-
 class Session:
     """A running session (see the module docstring). Use as a context manager."""
 
-    def __init__(self, sock: socket.socket, launch: Launch, *, shm_bytes: int = 0,
+    def __init__(self, sock: socket.socket, launch: Started, *, shm_bytes: int = 0,
                  ready_timeout_s: float = 120.0, spin_s: float = 0.0):
         self.sock = sock
         self.launch = launch

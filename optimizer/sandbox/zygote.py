@@ -36,6 +36,7 @@ import traceback
 from typing import Any
 
 from optimizer.sandbox.child import confine, run_entry
+from optimizer.sandbox.procfs import children_of
 from optimizer.sandbox.wire import recv_msg, send_msg
 from optimizer.slots import pin_from_env
 
@@ -48,23 +49,6 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 def _prctl(option: int, value: int) -> None:
     _libc.prctl(option, value, 0, 0, 0)
-
-
-def _children_of(pid: int) -> list[int]:
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        # the comm field may hold spaces and parentheses: parse after the last ')'
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 1 and int(fields[1]) == pid:
-            out.append(int(name))
-    return out
 
 
 def _reap() -> None:
@@ -128,7 +112,7 @@ def sweep(pidns: bool, budget_s: float = 5.0) -> bool:
                 _reap()
                 return True
         else:
-            children = _children_of(me)
+            children = children_of(me)
             if not children:
                 _reap()
                 return True

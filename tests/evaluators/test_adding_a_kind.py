@@ -57,7 +57,7 @@ def installed_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_a_kind_of_ones_own_runs_through_optimizer_run(
         installed_kind: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    assert "stopseq" not in evaluators._BUILTIN and "stopseq" in evaluators.kinds()
+    assert "stopseq" not in evaluators.BUILTIN_KINDS and "stopseq" in evaluators.kinds()
     assert evaluators.get("stopseq").__module__ == "stopseq_kind"
     ws = tmp_path / "ws"
     shutil.copytree(EXAMPLE / "stopseq_target", ws / "targets" / "stopseq" / "demo")

@@ -175,3 +175,165 @@ def test_a_seed_saved_with_a_byte_order_mark_is_valid_and_one_not_utf8_is_refuse
         load_target(cand, tmp_path)
     res = evaluators.get("function")(load_target(TOPK, ROOT)).static_check(cand)
     assert res.state is CandidateState.REJECTED and "not UTF-8" in res.reason
+
+
+# -- which phase holds the device's timing lock --------------------------------------------
+IO_EVALUATE = """
+import time
+
+from evaluators.function.harness import load_stand_in, timed
+
+
+def validate(path):
+    load_stand_in(path).cost()
+
+
+def evaluate(path):
+    mod = load_stand_in(path)
+    time.sleep(WAIT_S)  # waiting on I/O: no clock decides the metric here
+    value, seconds = timed(mod.cost)
+    return {"cost": float(value), "call_s": seconds}
+"""
+
+
+class _CountingLock:
+    """A device lock that counts how often, and for how long, it was held."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.RLock()
+        self.held = 0
+        self.held_s = 0.0
+        self._since = 0.0
+
+    def __enter__(self) -> None:
+        import time
+
+        self._lock.acquire()
+        self.held += 1
+        self._since = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        import time
+
+        self.held_s += time.perf_counter() - self._since
+        self._lock.release()
+
+
+def _io_target(tmp_path: Path, noise: str, timed: str | None, wait_s: float):
+    from evaluators.function.toy import TOY_PROGRAM, TOY_TARGET
+
+    folder = tmp_path / "targets" / "io"
+    folder.mkdir(parents=True)
+    setting = f'\n[evaluator]\nrepeats = 1\ntimed = "{timed}"\n' if timed else (
+        "\n[evaluator]\nrepeats = 1\n")
+    (folder / "target.toml").write_text(
+        TOY_TARGET.replace('noise = "deterministic"', f'noise = "{noise}"') + setting)
+    (folder / "program.py").write_text(TOY_PROGRAM)
+    (folder / "evaluate.py").write_text(IO_EVALUATE.replace("WAIT_S", str(wait_s)))
+    return load_target(folder, tmp_path)
+
+
+def _performance_in_threads(tmp_path: Path, target, slots: int, lock: object) -> float:
+    """``slots`` evaluations of the seed at once, one per thread, sharing ``lock`` as the
+    slots of one device do; the wall time they took together."""
+    import threading
+    import time
+
+    evaluator = evaluators.get("function")(target)
+    results = []
+    with Sandbox(SandboxSettings(timeout_s=60)) as sandbox:
+        def one(i: int) -> None:
+            io_dir, scratch = tmp_path / "rw" / f"io{i}", tmp_path / f"scratch{i}"
+            io_dir.mkdir(parents=True)
+            scratch.mkdir()
+            ctx = EvalContext(sandbox, secrets.randbits(63), scratch, io_dir, timeout_s=60,
+                              device_lock=lock)
+            results.append(evaluator.performance(target.path, ctx))
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(slots)]
+        start = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - start
+    assert [r.state for r in results] == [CandidateState.VALID] * slots, results
+    return wall
+
+
+@pytest.mark.parametrize(("noise", "timed", "held"), [
+    ("deterministic", None, "never"),  # a deterministic metric times nothing by default
+    ("timing", None, "evaluate"),  # a timed one times all of evaluate() by default
+    ("timing", "calls", "calls"),
+    ("timing", "nothing", "never"),
+    ("deterministic", "evaluate", "evaluate"),
+])
+def test_only_the_timed_phase_holds_the_device(tmp_path: Path, noise: str, timed: str | None,
+                                               held: str) -> None:
+    target = _io_target(tmp_path, noise, timed, wait_s=0.3)
+    lock = _CountingLock()
+    _performance_in_threads(tmp_path, target, 1, lock)
+    if held == "never":
+        assert lock.held == 0
+    elif held == "evaluate":
+        assert lock.held == 1 and lock.held_s >= 0.3  # around the whole call, its wait too
+    else:
+        assert lock.held == 1 and lock.held_s < 0.3  # around the timed call alone
+
+
+def test_a_bad_timed_setting_is_a_config_error(tmp_path: Path) -> None:
+    from optimizer.errors import ConfigError
+
+    target = _io_target(tmp_path, "timing", "sometimes", wait_s=0.0)
+    with pytest.raises(ConfigError, match="evaluate.*calls.*nothing"):
+        evaluators.get("function")(target)
+
+
+def test_evaluations_that_wait_on_io_overlap_on_one_device(tmp_path: Path) -> None:
+    """Four slots on one device, each evaluation waiting 0.5 s: together about one wait
+    when nothing is timed, four waits in a row when all of evaluate() is."""
+    free = _performance_in_threads(
+        tmp_path / "free", _io_target(tmp_path / "free", "deterministic", None, 0.5), 4,
+        _CountingLock())
+    held = _performance_in_threads(
+        tmp_path / "held", _io_target(tmp_path / "held", "deterministic", "evaluate", 0.5), 4,
+        _CountingLock())
+    assert held > 4 * 0.5
+    assert free < held - 1.0, (free, held)
+
+
+def _candidates_per_second(repo: Path, slots: int, n: int) -> float:
+    """A night of the toy target with ``slots`` slots: candidates per second of its search
+    (from the seed's line to the n-th candidate's)."""
+    import time
+
+    from optimizer.config import load_experiment
+    from optimizer.loop import run
+
+    cfg = load_experiment(
+        repo / "experiments/toy.toml",
+        [f"budget.max_candidates={n + 1}", "budget.minutes=30", "stats.minimize_trials=0",
+         "targets.toy.evaluator.repeats=1", f"run.slots={slots}",
+         f"proposer.concurrency={slots}", f"state_dir=.optimizer-{slots}"],
+        workspace=repo)
+    stamps: list[float] = []
+    run(cfg, say=lambda line: stamps.append(time.monotonic()) if "] c0" in line else None)
+    assert len(stamps) > n
+    return n / (stamps[n] - stamps[0])
+
+
+@pytest.mark.slow
+def test_four_slots_evaluate_three_and_a_half_times_the_candidates_of_one_when_io_bound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The toy target's evaluate() waits 0.5 s and uses no CPU (a deterministic metric):
+    its evaluations hold no device lock, so four slots evaluate about four at once."""
+    from evaluators.function import toy
+
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("TOY_EVAL_S", "0.5")
+    repo = toy.make_toy_repo(tmp_path / "repo", toy.SLOW_EVALUATE)
+    one = _candidates_per_second(repo, 1, 16)
+    four = _candidates_per_second(repo, 4, 32)
+    assert four >= 3.5 * one, (one, four)
