@@ -327,6 +327,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             f"{target.name}: {result.state.value}"
             + (f" ({result.reason})" if result.reason else "")
         )
+        for line in result.artifacts.get("notes.txt", "").splitlines():  # e.g. the stress used
+            print(f"  {line}")
         for k, v in sorted(result.metrics.items()):
             print(f"  {k}: {v:.6g}")
         print(f"  evaluation took {result.cost_s:.2f} s")
