@@ -644,10 +644,11 @@ class KernelEvaluator(Evaluator):
                           "answered right", "final check")
 
     def confirmation_evaluations(self, repeats: int) -> float:
-        """The final check's correctness call (every case of the pools), then one timed call
-        in which candidate and seed alternate over ``repeats`` blocks (the blocks cost
+        """The final check's correctness call (every case of the pools: at most two
+        evaluations' checks; counted as the three-case calls it replaced), then one timed
+        call in which candidate and seed alternate over ``repeats`` blocks (the blocks cost
         milliseconds of GPU time each: two evaluations' worth is ample)."""
-        return 1.0 + 2.0
+        return math.ceil(CASE_POOL / 3) + 2.0
 
     @staticmethod
     def _invalid(reason: str, report: list[str], rejected: bool = False) -> EvalResult:
