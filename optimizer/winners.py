@@ -16,7 +16,7 @@ from typing import Any
 import optuna
 
 from evaluators._base import Evaluator
-from optimizer import stats
+from optimizer import reproduce, stats
 from optimizer.archive import Archive
 from optimizer.evaluation import device_for, fresh_context
 from optimizer.minimize import Evaluate, Gate, reduce
@@ -198,6 +198,10 @@ def _confirm(
         device_lock=device_lock,
     )
     try:
+        failed = reproduce.before_confirmation(r.summary, target, evaluator, ctx,
+                                               (seed, seed_dir), (best, cand_dir))
+        if failed is not None:  # a deterministic target's program that does not repeat
+            return failed
         final = evaluator.final_check(cand_dir, ctx)
         if final is not None and not final.ok:
             return {"confirmed": False, "wrong": True,
@@ -334,6 +338,7 @@ def _publish(
         "correctness against the target's trusted checks, performance"
         + (f"; before publishing, {evidence['final_check']}" if evidence.get("final_check")
            else "") + ".",
+        *reproduce.pr_lines(r.summary, target.name, best.id),
         "",
         "## Metrics (seed -> candidate)",
     ]
