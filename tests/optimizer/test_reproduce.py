@@ -131,3 +131,28 @@ def test_a_policy_with_random_jitter_is_invalid_not_reproducible(tmp_path: Path)
         assert res.reason.startswith("not reproducible") and res.stage == "reproduce"
         assert res.reason.count("hit_ratio") == 1 and " then " in res.reason
         assert bench.evaluate().state is CandidateState.VALID
+
+
+def test_a_nights_winner_on_a_deterministic_target_was_re_run_and_says_so(
+        toy_repo: Path) -> None:
+    import subprocess
+
+    from optimizer.cli import _summary_table
+    from optimizer.config import load_experiment
+    from optimizer.loop import run
+
+    cfg = load_experiment(toy_repo / "experiments/toy.toml", ["budget.max_candidates=12"],
+                          workspace=toy_repo)
+    summary = run(cfg, say=lambda line: None)
+    (t,) = summary.targets
+    assert t.winner is not None
+    checks = {(c["role"], c["program"]): c for c in summary.reproduced}
+    winner = t.winner["candidate"]
+    assert checks[("candidate", winner)]["ok"] and any(r == "seed" for r, _ in checks)
+    assert all(c["ok"] and c["cost_s"] >= 0 for c in checks.values())
+    message = subprocess.run(["git", "-C", str(toy_repo), "log", "-1", "--format=%B",
+                              t.winner["pull_branch"]], check=True, capture_output=True,
+                             text=True).stdout
+    assert "- Reproduced: evaluated again in a fresh process on the same inputs" in message
+    assert "the seed reproduced the same way" in message
+    assert "reproduced in a fresh process: " in _summary_table(summary)
