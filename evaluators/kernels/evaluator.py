@@ -28,6 +28,7 @@ session), so the candidate is imported and compiled once.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 import json
@@ -184,8 +185,6 @@ def screened(config: KernelConfig, reference: Any) -> KernelConfig:
     numerics.DISTRIBUTIONS screened) when it names none; unchanged otherwise."""
     if config.distributions:
         return config
-    import dataclasses
-
     workloads = screen_workloads(config, reference)
     if not workloads:
         return dataclasses.replace(config, distributions=DEFAULT_DISTRIBUTIONS)
@@ -200,8 +199,6 @@ def screened(config: KernelConfig, reference: Any) -> KernelConfig:
 def stress_toml(config: KernelConfig, reference: Any) -> list[str]:
     """The ``distributions`` line and ``[evaluator.dropped]`` table that record the screen
     of ``reference`` in a target.toml (``optimizer import-kernelbench`` writes them)."""
-    import dataclasses
-
     found = screened(dataclasses.replace(config, distributions=()), reference)
     lines = ["# stress from the reference: each distribution on which the float64 reference "
              "stays finite",
@@ -364,7 +361,10 @@ class KernelEvaluator(Evaluator):
         super().__init__(target)
         self.config = KernelConfig.parse(dict(target.evaluator), f"{target.rel_path}/target.toml")
         if not self.config.distributions:  # none named: those the reference supports
-            self.config = screened(self.config, load_reference(target.path))
+            has_ref = (target.path / "reference.py").is_file()
+            self.config = (screened(self.config, load_reference(target.path)) if has_ref
+                           else dataclasses.replace(self.config,
+                                                    distributions=DEFAULT_DISTRIBUTIONS))
         # the timed calls' input sets: drawn from a seed the candidate is never told in
         # advance, fixed for this evaluator (a night), so references are computed once
         self._timing_seed = secrets.randbits(30)
