@@ -59,8 +59,11 @@ DEFAULT_TOLERANCES: dict[str, Tolerance] = {
     "bfloat16": Tolerance(8e-3, 2e-2, 1e-2),
 }
 
-# Distributions a target may ask for; none produces zeros (they hide unwritten outputs).
-DISTRIBUTIONS = ("normal", "uniform", "offset", "wide", "negative", "neginf_mask")
+# Distributions a target may ask for; none produces a tensor of zeros (it would hide
+# unwritten outputs). Which of them a target validates with is decided from its reference
+# (see :func:`screen`).
+DISTRIBUTIONS = ("normal", "uniform", "offset", "wide", "negative", "neginf_mask", "tiny",
+                 "special")
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -96,6 +99,23 @@ def draw(shape: Sequence[int], dtype: torch.dtype, dist: str, gen: torch.Generat
         if len(shape) >= 1 and shape[-1] > 0:
             mask[..., 0] = False  # never a row of -inf only (softmax is NaN there)
         x = x.masked_fill(mask, float("-inf"))
+    elif dist == "tiny":
+        # products of two values sit at the square root of the dtype's smallest normal
+        # number, well above it (tensor cores flush subnormal products to zero): an
+        # intermediate in a narrower type (float16 under a float32 kernel) underflows, and
+        # a misplaced eps swamps the values
+        scale = torch.finfo(dtype).tiny ** 0.25
+        x = (x.double() if dtype == torch.float64 else x) * scale
+    elif dist == "special":
+        # one element in eight is a signed zero or a subnormal of the dtype (the rest
+        # normal): sign handling of zeros, flush-to-zero, a max or log that meets zero
+        pick = torch.rand(shape, generator=gen, device=dev)
+        sub = torch.finfo(dtype).tiny / 4.0
+        special = torch.tensor([0.0, -0.0, sub, -sub], dtype=torch.float64, device=dev)
+        which = (pick * 32.0).long().clamp(max=31)  # 0-3 special (1 in 8), else normal
+        x = x.to(dtype)
+        if x.numel():
+            x = torch.where(which < 4, special[which.clamp(max=3)].to(dtype), x)
     else:
         raise ValueError(f"unknown distribution {dist!r}; known: {', '.join(DISTRIBUTIONS)}")
     x = x.to(dtype)
@@ -407,3 +427,100 @@ def tolerances_from_config(cfg: Mapping[str, Any]) -> dict[str, Tolerance]:
             raise ValueError(f"[evaluator.tolerances]: unknown dtype {name!r}")
         tols[name] = Tolerance.from_config(value, f"[evaluator.tolerances.{name}]", tols[name])
     return tols
+
+
+# -- stress from the reference ----------------------------------------------------------
+#
+# A distribution stresses a kernel only where the problem is defined on it: a layer norm
+# of inputs with -inf is NaN, a float16 GEMM of inputs near 300 overflows its output. So a
+# target validates with every distribution on which its own reference stays finite (at
+# the output dtype, with room to spare) and agrees with a float32 run of itself (the
+# problem is well conditioned there); the others are dropped with the reason. A kernel
+# that is only right on gentle inputs (a log-softmax without the max subtraction) then
+# meets the inputs it is wrong on, whatever the target's origin.
+
+SCREEN_SEEDS = (11, 12, 13)  # fixed: the same reference gives the same record
+SCREEN_MAX_ELEMENTS = 1 << 20  # workloads screened on the CPU (inputs, all tensors)
+OUTPUT_HEADROOM = 2.0  # the reference's largest output at most the dtype's max / this
+
+
+@dataclass(frozen=True)
+class ScreenWorkload:
+    """One workload as the screen runs it: ``get_inputs(**args)``, ``Model(*init)``."""
+
+    name: str
+    args: Mapping[str, Any]
+    init: Sequence[Any]
+    param_dtype: torch.dtype | None = None
+
+
+def _float32_output(reference: Any, init_inputs: Sequence[Any], case: Case) -> list[torch.Tensor]:
+    """The reference run in float32 on the same rounded values (integer inputs kept)."""
+    model = reference.Model(*init_inputs).float()
+    if case.params:
+        model.load_state_dict(
+            {k: (v.float() if v.is_floating_point() else v) for k, v in case.params.items()}
+        )
+    inputs = [t.to(torch.float32) if isinstance(t, torch.Tensor) and t.is_floating_point()
+              else t for t in case.inputs]
+    with torch.no_grad():
+        return as_list(model(*inputs))
+
+
+def _screen_one(reference: Any, w: ScreenWorkload, dist: str, seed: int,
+                tol32: Tolerance) -> str:
+    """Why ``dist`` is no stress for this workload ('' when it is)."""
+    where = f"workload {w.name}"
+    try:
+        case = make_case(reference, w.args, w.init, dist, seed, w.param_dtype)
+    except AssertionError:
+        return f"{where}: it draws only zeros at this dtype"
+    try:
+        refs = reference_output(reference, w.init, case)
+        meta = expected_meta(reference, w.init, case)
+    except Exception as exc:  # noqa: BLE001 - the reference's own code on these inputs
+        return f"{where}: the reference raised {type(exc).__name__}: {exc}"
+    for j, (ref, (_shape, dtype)) in enumerate(zip(refs, meta, strict=True)):
+        bad = int((~torch.isfinite(ref)).sum())
+        if bad:
+            return (f"{where}: the float64 reference is not finite on it ({bad} of "
+                    f"{ref.numel()} elements of output {j})")
+        if dtype.is_floating_point and ref.numel():
+            top, limit = float(ref.abs().max()), torch.finfo(dtype).max / OUTPUT_HEADROOM
+            if top > limit:
+                return (f"{where}: the reference's output {j} reaches {top:.3g}, too near "
+                        f"the largest {str(dtype).removeprefix('torch.')} "
+                        f"({torch.finfo(dtype).max:.3g})")
+    try:
+        runs = _float32_output(reference, w.init, case)
+    except Exception as exc:  # noqa: BLE001 - an op without a float32 kernel, and so on
+        return f"{where}: a float32 run of the reference raised {type(exc).__name__}: {exc}"
+    for j, (out, ref) in enumerate(zip(runs, refs, strict=True)):
+        v = compare(out, ref, tol32)
+        if not v.ok:
+            return (f"{where}: a float32 run of the reference disagrees with its float64 "
+                    f"run (output {j}: {v.reason})")
+    return ""
+
+
+def screen(reference: Any, workloads: Sequence[ScreenWorkload],
+           dists: Sequence[str] = DISTRIBUTIONS,
+           tol32: Tolerance = DEFAULT_TOLERANCES["float32"]) -> dict[str, str]:
+    """Each of ``dists`` -> '' when it is kept (on every workload and every screen seed the
+    float64 reference is finite, fits the output dtype with OUTPUT_HEADROOM, and a float32
+    run of the reference agrees with it within ``tol32``), else why it is dropped. Runs on
+    the CPU: pass workloads of at most SCREEN_MAX_ELEMENTS input elements."""
+    if not workloads:
+        raise ValueError("no workload to screen the distributions on")
+    out: dict[str, str] = {}
+    for dist in dists:
+        why = ""
+        for w in workloads:
+            for seed in SCREEN_SEEDS:
+                why = _screen_one(reference, w, dist, seed, tol32)
+                if why:
+                    break
+            if why:
+                break
+        out[dist] = why
+    return out

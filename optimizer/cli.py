@@ -260,6 +260,10 @@ def _summary_table(summary: object) -> str:
             f"{t.target:<22} {t.candidates:>5} {t.duplicates:>5} "
             f"{t.states.get('VALID', 0):>5} {seed:>12} {best:>12}  {win}"
         )
+    from optimizer import reproduce
+
+    if reproduce_line := reproduce.night_cost(s):
+        lines.append(reproduce_line)
     oh = sorted(s.engine_overhead_ms)  # type: ignore[attr-defined]
     if oh:
         lines.append(f"engine overhead per candidate: median {oh[len(oh) // 2]:.0f} ms")
@@ -327,6 +331,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             f"{target.name}: {result.state.value}"
             + (f" ({result.reason})" if result.reason else "")
         )
+        for line in result.artifacts.get("notes.txt", "").splitlines():  # e.g. the stress used
+            print(f"  {line}")
         for k, v in sorted(result.metrics.items()):
             print(f"  {k}: {v:.6g}")
         print(f"  evaluation took {result.cost_s:.2f} s")

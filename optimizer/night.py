@@ -61,6 +61,7 @@ class RunSummary:
     stop_reason: str = ""
     engine_overhead_ms: list[float] = field(default_factory=list)
     prepare_s: float = 0.0  # a GPU night's start: sandboxes and references (loop._prepare_night)
+    reproduced: list[dict[str, Any]] = field(default_factory=list)  # optimizer.reproduce
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -17,7 +17,7 @@ from typing import Any
 
 import optuna
 
-from optimizer import stats
+from optimizer import reproduce, stats
 from optimizer.archive import Archive
 from optimizer.evaluation import device_for, fresh_context
 from optimizer.kinds import Evaluator
@@ -258,7 +258,8 @@ def _confirm(
         device_lock=device_lock,
     )
     try:
-        checked = _checks_before_confirmation(r, target, evaluator, ctx, cand_dir, best)
+        checked = _checks_before_confirmation(r, target, evaluator, ctx, (seed, seed_dir),
+                                             (best, cand_dir))
         if not checked.confirmed:
             return checked
         evidence = _measure_win(r, target, evaluator, ctx, cand_dir, seed_dir, seed, best)
@@ -269,12 +270,17 @@ def _confirm(
 
 
 def _checks_before_confirmation(r: Run, target: TargetSpec, evaluator: Evaluator, ctx: Any,
-                                cand_dir: Path, best: ArchiveEntry) -> Evidence:
-    """The one place where a would-be winner (``best``, its files in ``cand_dir``) is
-    checked before it is measured against the seed: the kind's final check (a program it
-    finds wrong is ``wrong``: the next of its structure is tried). Further checks of the
-    program itself (re-running it in a fresh process, say) go here, each answering an
-    Evidence that is not ``confirmed`` when it fails."""
+                                seed: tuple[ArchiveEntry, Path],
+                                best: tuple[ArchiveEntry, Path]) -> Evidence:
+    """The one place where a would-be winner (``best``: its entry and the folder of its
+    files) is checked before it is measured against the seed: on a deterministic target,
+    the seed (once a night) and the program evaluated again in fresh processes
+    (:mod:`optimizer.reproduce`); then the kind's final check. A program found wrong is
+    ``wrong``: the next of its structure is tried."""
+    failed = reproduce.before_confirmation(r.summary, target, evaluator, ctx, seed, best)
+    if failed is not None:  # a deterministic target's program that does not repeat
+        return Evidence(False, failed["headline"], wrong=bool(failed["wrong"]))
+    cand_dir = best[1]
     final = evaluator.final_check(cand_dir, ctx)
     if final is not None and not final.ok:
         return Evidence(False, f"final check: {final.reason[:300]}", wrong=True)
@@ -376,6 +382,7 @@ def _pull_request_lines(r: Run, target: TargetSpec, study: optuna.Study, archive
         "correctness against the target's trusted checks, performance"
         + (f"; before publishing, {evidence.final_check}" if evidence.final_check
            else "") + ".",
+        *reproduce.pr_lines(r.summary, target.name, best.id),
         "",
         "## Metrics (seed -> candidate)",
     ]

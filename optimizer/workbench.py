@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer import kinds as evaluators
+from optimizer import reproduce
 from optimizer.config import ExperimentConfig, SandboxConfig
 from optimizer.errors import SandboxError
 from optimizer.evaluation import (
@@ -123,14 +124,25 @@ class Workbench:
         return ctx
 
     def evaluate(self, files: Mapping[str, str] | None = None) -> EvalResult:
-        """The stages of a night's candidate (static, correctness, performance)."""
+        """The stages of a night's candidate (static, correctness, performance); on a
+        deterministic target a VALID program is evaluated again in fresh processes and
+        must repeat its objective metrics bit for bit, as before a winner's confirmation
+        (:mod:`optimizer.reproduce`)."""
         folder = self.folder(files)
         self._warm_up()
         recorder = RecordingSandbox(self.sandbox)
         ctx = self._context(folder.name, recorder)
         try:
-            return guarded(lambda: self.evaluator.evaluate(folder, ctx), "evaluate",
-                           recorder.notes)
+            result = guarded(lambda: self.evaluator.evaluate(folder, ctx), "evaluate",
+                             recorder.notes)
+            if result.ok and reproduce.applies(self.target):
+                again = self._context(folder.name + "-again", recorder)
+                try:
+                    result = reproduce.judged(result, reproduce.verify(
+                        self.target, self.evaluator, folder, again, result.metrics))
+                finally:
+                    self._clean(folder, again)
+            return result
         finally:
             self.last_log = recorder.log()
             self._clean(folder, ctx)

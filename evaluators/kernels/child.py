@@ -25,7 +25,9 @@ from optimizer.sandbox.loader import load_module as _load
 
 # call sequence per workload: (name, input set loaded into the live input tensors)
 # A1 then B, then C written *into A's storage* (catches caches keyed by data pointer or
-# shape), then A again into the same storage (bitwise determinism against A1).
+# shape), then A again into the same storage (bitwise determinism against A1). Further
+# sets (S3, S4, ...: the rest of the target's distributions) follow, one call each on
+# fresh tensors.
 CALLS = (("A1", "A"), ("B", "B"), ("C", "C"), ("A2", "A"))
 
 
@@ -193,10 +195,11 @@ def _check(payload: dict, io_dir: Path, cand: _Candidate) -> dict:
         live = fresh(sets["A"])
         earlier: list = []
         phases["load"] += clock() - t0
-        for call, src in CALLS:
+        extra = [(k, k) for k in sets if k not in ("A", "B", "C")]
+        for call, src in (*CALLS, *extra):
             t0 = clock()
-            if call == "B":
-                live_call = fresh(sets["B"])
+            if call == "B" or call.startswith("S"):  # B and the further sets: fresh tensors
+                live_call = fresh(sets[src])
             else:
                 if call != "A1":  # C, then A again, written into A's storage
                     for t, new in zip(live, sets[src], strict=True):
@@ -225,9 +228,9 @@ def _check(payload: dict, io_dir: Path, cand: _Candidate) -> dict:
                 res["repeat"] = [digest(o) for o in out]
             else:
                 _save_outputs(out, io_dir / f"{wid}.out.{call}.safetensors")
-            if call in ("A1", "B"):  # the inputs as the call left them, by their bits
-                res["post"][call[0]] = {str(i): digest(t) for i, t in enumerate(live_call)
-                                        if isinstance(t, torch.Tensor)}
+            if call in ("A1", "B") or call.startswith("S"):  # the inputs as the call left them
+                res["post"][src] = {str(i): digest(t) for i, t in enumerate(live_call)
+                                    if isinstance(t, torch.Tensor)}
             phases["save"] += clock() - t1
         del earlier, live, sets
     return {"workloads": results, "phases": {k: round(v, 3) for k, v in phases.items()}}

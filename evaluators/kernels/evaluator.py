@@ -28,7 +28,9 @@ session), so the candidate is imported and compiled once.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import math
 import random
 import secrets
@@ -56,15 +58,19 @@ from optimizer.errors import ConfigError
 from optimizer.records import CandidateState, EvalResult
 from optimizer.sandbox.loader import load_module
 
-_EVAL_KEYS = {"distributions", "allow_tf32", "repetitions", "tolerances", "workloads", "blocks"}
+_EVAL_KEYS = {"distributions", "dropped", "allow_tf32", "repetitions", "tolerances", "workloads",
+              "blocks"}
 _WORKLOAD_KEYS = {"name", "device", "args", "init", "param_dtype", "skip"}
 NO_GPU = "no GPU: correctness verified, timing skipped"
 # when every workload needs a GPU, nothing was verified here, and the verdict says so
 NO_GPU_UNCHECKED = ("no GPU: nothing was checked here (every workload of this target needs "
                     "a GPU), not measured")
 TIMED_SETS = 3  # input sets the timed calls rotate over
-CASE_POOL = 6  # validation input sets per workload and night; each evaluation checks three
+CASE_POOL = 6  # validation input sets per workload and night (at least one per distribution)
 TIMED_CHECKS = 3  # timed calls per block whose outputs are checked, at random
+# when a target names no distributions, those its reference supports (numerics.screen)
+# from this list; the list before the screen existed, when nothing can be screened
+DEFAULT_DISTRIBUTIONS = ("normal", "uniform", "offset", "wide", "negative")
 
 
 @dataclass(frozen=True)
@@ -79,12 +85,17 @@ class Workload:
 
 @dataclass(frozen=True)
 class KernelConfig:
+    """``distributions`` is empty when the target names none: the evaluator then screens
+    its reference for them (see :func:`screened`). ``dropped``: the distributions the
+    reference does not support, with the reason (written by :func:`stress_toml`)."""
+
     workloads: tuple[Workload, ...]
-    distributions: tuple[str, ...] = ("normal", "uniform", "offset", "wide", "negative")
+    distributions: tuple[str, ...] = DEFAULT_DISTRIBUTIONS
     allow_tf32: bool = False
     repetitions: int = 100
     blocks: int = 5
     tolerances: tuple[tuple[str, numerics.Tolerance], ...] = ()
+    dropped: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def parse(cls, raw: dict[str, Any], where: str) -> KernelConfig:
@@ -92,14 +103,26 @@ class KernelConfig:
         if unknown:
             raise ConfigError(f"unknown [evaluator] key(s) {sorted(unknown)}; allowed: "
                               f"{sorted(_EVAL_KEYS)}", file=where)
-        dists = tuple(raw.get("distributions", cls.distributions))
+        dists = tuple(raw.get("distributions", ()))
         for d in dists:
             if d not in numerics.DISTRIBUTIONS:
                 raise ConfigError(f"unknown distribution {d!r}; known: {numerics.DISTRIBUTIONS}",
                                   file=where, key="evaluator.distributions")
-        if len(dists) < 2:
+        if "distributions" in raw and len(dists) < 2:
             raise ConfigError("give at least two distributions", file=where,
                               key="evaluator.distributions")
+        dropped = raw.get("dropped", {})
+        if not isinstance(dropped, dict) or not all(
+                d in numerics.DISTRIBUTIONS and isinstance(why, str)
+                for d, why in dropped.items()):
+            raise ConfigError("[evaluator.dropped] maps a distribution to why it is not used, "
+                              f"e.g. offset = \"...\"; known: {numerics.DISTRIBUTIONS}",
+                              file=where, key="evaluator.dropped")
+        both = sorted(set(dropped) & set(dists))
+        if both:
+            raise ConfigError(f"{both} both used and dropped; remove them from one of "
+                              "distributions and [evaluator.dropped]", file=where,
+                              key="evaluator.dropped")
         workloads = []
         for i, w in enumerate(raw.get("workloads", [])):
             key = f"evaluator.workloads[{i}]"
@@ -124,10 +147,66 @@ class KernelConfig:
             raise ConfigError(str(exc), file=where) from None
         return cls(tuple(workloads), dists, bool(raw.get("allow_tf32", False)),
                    int(raw.get("repetitions", 100)), int(raw.get("blocks", 5)),
-                   tuple(tols.items()))
+                   tuple(tols.items()), tuple(sorted(dropped.items())))
 
     def tolerance(self, dtype: str) -> numerics.Tolerance:
         return dict(self.tolerances).get(dtype, numerics.DEFAULT_TOLERANCES["float32"])
+
+    def stress_note(self) -> str:
+        """The distributions validated with, and why the others are not (for the verdict)."""
+        line = f"validated with the distributions {', '.join(self.distributions)}"
+        if self.dropped:
+            line += "; dropped: " + "; ".join(f"{d} ({why})" for d, why in self.dropped)
+        return line
+
+
+def screen_workloads(config: KernelConfig, reference: Any) -> list[numerics.ScreenWorkload]:
+    """The target's workloads small enough to screen on the CPU (numerics.screen), skipped
+    ones included (a bf16 workload is skipped for the interpreter, not for torch)."""
+    out = []
+    for w in config.workloads:
+        init = list(w.init if w.init is not None else reference.get_init_inputs())
+        try:
+            template = numerics._template(reference, w.args, "meta")
+        except Exception:  # noqa: BLE001 - sizes its reference cannot build; not screened
+            continue
+        if sum(t.numel() for t in template if hasattr(t, "numel")) > \
+                numerics.SCREEN_MAX_ELEMENTS:
+            continue
+        pdt = w.param_dtype or w.args.get("dtype")
+        out.append(numerics.ScreenWorkload(w.name, w.args, init,
+                                           numerics.torch_dtype(pdt) if pdt else None))
+    return out
+
+
+def screened(config: KernelConfig, reference: Any) -> KernelConfig:
+    """``config`` with the distributions its reference supports (all of
+    numerics.DISTRIBUTIONS screened) when it names none; unchanged otherwise."""
+    if config.distributions:
+        return config
+    workloads = screen_workloads(config, reference)
+    if not workloads:
+        return dataclasses.replace(config, distributions=DEFAULT_DISTRIBUTIONS)
+    found = numerics.screen(reference, workloads, tol32=config.tolerance("float32"))
+    kept = tuple(d for d, why in found.items() if not why)
+    if "normal" not in kept:
+        raise ConfigError(f"the reference fails on plain normal inputs: {found['normal']}")
+    return dataclasses.replace(config, distributions=kept,
+                               dropped=tuple((d, why) for d, why in found.items() if why))
+
+
+def stress_toml(config: KernelConfig, reference: Any) -> list[str]:
+    """The ``distributions`` line and ``[evaluator.dropped]`` table that record the screen
+    of ``reference`` in a target.toml (``optimizer import-kernelbench`` writes them)."""
+    found = screened(dataclasses.replace(config, distributions=()), reference)
+    lines = ["# stress from the reference: each distribution on which the float64 reference "
+             "stays finite",
+             "# and agrees with a float32 run of itself (evaluators.numerics.screen)",
+             "distributions = [" + ", ".join(f'"{d}"' for d in found.distributions) + "]"]
+    if found.dropped:
+        lines += ["", "[evaluator.dropped]"]
+        lines += [f"{d} = {json.dumps(why, ensure_ascii=False)}" for d, why in found.dropped]
+    return lines
 
 
 def load_reference(target_dir: Path) -> Any:
@@ -157,6 +236,26 @@ def _reference_device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _set_keys(n: int) -> list[str]:
+    """Names of an evaluation's ``n`` checked input sets: A, B and C (the storage checks),
+    then S3, S4, ... (one call each)."""
+    return ["A", "B", "C", *(f"S{i}" for i in range(3, n))][:n]
+
+
+def _one_per_distribution(pool: Any, rng: random.Random) -> list[int]:
+    """Pool cases for one evaluation: one of each distribution (case k is of distribution
+    k modulo their number), chosen and ordered by ``rng``; at least three."""
+    by_dist: dict[str, list[int]] = {}
+    for k, (dist, _seed) in enumerate(pool.draws):
+        by_dist.setdefault(dist, []).append(k)
+    chosen = [rng.choice(ks) for ks in by_dist.values()]
+    rest = [k for k in range(len(pool)) if k not in chosen]
+    while len(chosen) < 3 and rest:
+        chosen.append(rest.pop(rng.randrange(len(rest))))
+    rng.shuffle(chosen)
+    return chosen
 
 
 def _drop_tensor_files(io_dir: Path) -> None:
@@ -253,6 +352,11 @@ class KernelEvaluator(Evaluator):
     def __init__(self, target: Any):
         super().__init__(target)
         self.config = KernelConfig.parse(dict(target.evaluator), f"{target.rel_path}/target.toml")
+        if not self.config.distributions:  # none named: those the reference supports
+            has_ref = (target.path / "reference.py").is_file()
+            self.config = (screened(self.config, load_reference(target.path)) if has_ref
+                           else dataclasses.replace(self.config,
+                                                    distributions=DEFAULT_DISTRIBUTIONS))
         # the timed calls' input sets: drawn from a seed the candidate is never told in
         # advance, fixed for this evaluator (a night), so references are computed once
         self._timing_seed = secrets.randbits(30)
@@ -343,8 +447,8 @@ class KernelEvaluator(Evaluator):
             self._pools.clear()
         pdt = w.param_dtype or w.args.get("dtype")
         rng = random.Random(self._case_seed + int(wid[1:]))
-        # case k is of distribution k (cyclically): an evaluation's hidden seed picks which
-        # distributions it checks, the night's secret seed their values
+        # case k is of distribution k (cyclically): every evaluation checks one case of each
+        # distribution, its hidden seed picks which, the night's secret seed their values
         dists = [self.config.distributions[k % len(self.config.distributions)]
                  for k in range(max(CASE_POOL, len(self.config.distributions)))]
         pool = _CasePool(wid, self._pool_dir, reference, w.args, init,
@@ -385,9 +489,13 @@ class KernelEvaluator(Evaluator):
 
     # -- stage 2 ---------------------------------------------------------------------
     def correctness(self, cand_dir: Path, ctx: EvalContext,
-                    picks: tuple[int, int, int] | None = None) -> EvalResult:
-        """Three of each workload's night cases (drawn with the evaluation's hidden seed,
-        or ``picks``) through the child's checked calls, against float64 references. The
+                    picks: tuple[int, ...] | None = None) -> EvalResult:
+        """One of each workload's night cases per distribution (drawn with the evaluation's
+        hidden seed; or ``picks``, at least three) through the child's checked calls,
+        against float64 references: every evaluation meets every distribution the target
+        validates with, on the CPU and on a GPU alike (a log-softmax without the max
+        subtraction is wrong on two of seven, and passed three cases of six half the
+        time). The first three are the storage checks' A, B and C. The
         case files, outputs and inputs-after-the-call are deleted once judged (a
         cross-entropy check leaves 5 GB: four slots filled a 64 GiB disk)."""
         try:
@@ -396,13 +504,14 @@ class KernelEvaluator(Evaluator):
             _drop_tensor_files(ctx.io_dir)
 
     def _correctness(self, cand_dir: Path, ctx: EvalContext,
-                     picks: tuple[int, int, int] | None) -> EvalResult:
+                     picks: tuple[int, ...] | None) -> EvalResult:
         from safetensors.torch import load_file
 
         device = _device_kind(ctx.device)
         reference = load_reference(self.target.path)
         rng = random.Random(ctx.seed)
-        report: list[str] = [f"# validation ({device}, {len(self.config.workloads)} workloads)"]
+        report: list[str] = [f"# validation ({device}, {len(self.config.workloads)} workloads)",
+                             f"- {self.config.stress_note()}"]
         jobs: list[dict[str, Any]] = []
         cases: dict[tuple[str, str], numerics.Case] = {}
         refs: dict[tuple[str, str], list[Any]] = {}
@@ -418,9 +527,9 @@ class KernelEvaluator(Evaluator):
             wid = f"w{i}"
             init = list(w.init if w.init is not None else reference.get_init_inputs())
             pool = self._case_pool(wid, w, reference, init, ctx)
-            # three of the night's hidden cases, a fresh draw per evaluation
-            chosen = picks if picks is not None else rng.sample(range(len(pool)), k=3)
-            for key, n in zip("ABC", chosen, strict=True):
+            chosen = picks if picks is not None else _one_per_distribution(pool, rng)
+            keys = _set_keys(len(chosen))
+            for key, n in zip(keys, chosen, strict=True):
                 cases[wid, key], refs[wid, key], digests[wid, key] = pool.get(n)
             assert pool.params is not None
             shutil.copyfile(pool.params, ctx.io_dir / f"{wid}.params.safetensors")
@@ -428,7 +537,7 @@ class KernelEvaluator(Evaluator):
             jobs.append({
                 "id": wid, "name": w.name, "init": init, "args": w.args,
                 "param_dtype": w.param_dtype or w.args.get("dtype"),
-                "draws": {key: list(pool.draws[n]) for key, n in zip("ABC", chosen,
+                "draws": {key: list(pool.draws[n]) for key, n in zip(keys, chosen,
                                                                       strict=True)},
                 "expect": [[list(s), _dtype_name(d)] for s, d in metas[wid]],
             })
@@ -459,22 +568,25 @@ class KernelEvaluator(Evaluator):
             if res["problems"]:
                 return self._invalid(f"{name}: {res['problems'][0]}", report, rejected=True)
             drawn = res.get("drawn", {})
-            for k in ("A", "B", "C"):
+            keys = list(job["draws"])
+            extra = keys[3:]  # one call each on fresh inputs, after the storage checks
+            for k in keys:
                 if drawn.get(k) != digests[wid, k]:
                     return self._invalid(
                         f"{name}: the inputs drawn in the candidate's process are not the "
                         f"night's (set {k}, inputs '{cases[wid, k].dist}'): its process "
                         "changed how torch seeds or draws", report)
             post = res.get("post", {})
-            for k in ("A", "B"):
+            for k in ("A", "B", *extra):
                 for pos, expected in digests[wid, k].items():
                     if post.get(k, {}).get(pos) != expected:
                         return self._invalid(f"{name}: input {pos} was modified by the call",
                                              report)
             outs = {c: load_file(str(ctx.io_dir / f"{wid}.out.{c}.safetensors"))
-                    for c in ("A1", "B", "C")}
+                    for c in ("A1", "B", "C", *extra)}
             worst = 0.0
-            for call_name, key in (("A1", "A"), ("B", "B"), ("C", "C")):
+            for call_name, key in (("A1", "A"), ("B", "B"), ("C", "C"),
+                                   *((k, k) for k in extra)):
                 out = outs[call_name]
                 for j, (ref, (_shape, dtype)) in enumerate(zip(refs[wid, key], metas[wid],
                                                               strict=True)):
@@ -505,26 +617,28 @@ class KernelEvaluator(Evaluator):
                                          "between two calls on the same inputs", report)
             metrics[f"norm_err/{name}"] = worst
         return EvalResult(CandidateState.VALID, "", "correctness", metrics=metrics,
-                          artifacts={"validation.md": "\n".join(report)})
+                          artifacts={"validation.md": "\n".join(report),
+                                     "notes.txt": self.config.stress_note()})
 
     def final_check(self, cand_dir: Path, ctx: EvalContext) -> EvalResult | None:
-        """Before a pull branch: every case of the night's pools (each evaluation checked
-        three, so a kernel wrong on one distribution only could pass one by chance)."""
-        n = max((len(p) for p in self._pools.values()), default=CASE_POOL)
+        """Before a pull branch: every case of the night's pools in one checked call (each
+        evaluation checked one case per distribution, of values drawn that night)."""
+        n = max((len(p) for p in self._pools.values()),
+                default=max(CASE_POOL, len(self.config.distributions)))
         order = list(range(n))
-        while len(order) % 3:
+        while len(order) < 3:
             order.append(order[len(order) % n])
-        for i in range(0, len(order), 3):
-            res = self.correctness(cand_dir, ctx, picks=(order[i], order[i + 1], order[i + 2]))
-            if not res.ok:
-                return EvalResult(res.state, f"final check: {res.reason}", "final check",
-                                  artifacts=res.artifacts)
+        res = self.correctness(cand_dir, ctx, picks=tuple(order))
+        if not res.ok:
+            return EvalResult(res.state, f"final check: {res.reason}", "final check",
+                              artifacts=res.artifacts)
         return EvalResult(CandidateState.VALID, f"all {n} validation cases of every workload "
                           "answered right", "final check")
 
     def confirmation_evaluations(self, repeats: int) -> float:
-        """The final check's correctness calls (three cases each), then one timed call in
-        which candidate and seed alternate over ``repeats`` blocks (the blocks cost
+        """The final check's correctness call (every case of the pools: at most two
+        evaluations' checks; counted as the three-case calls it replaced), then one timed
+        call in which candidate and seed alternate over ``repeats`` blocks (the blocks cost
         milliseconds of GPU time each: two evaluations' worth is ample)."""
         return math.ceil(CASE_POOL / 3) + 2.0
 

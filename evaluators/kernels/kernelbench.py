@@ -11,7 +11,11 @@ A KernelBench problem defines ``Model`` (the reference), ``get_inputs()`` and
                                      the problem's inputs when they are small enough, else
                                      its module-level size constants reduced (halving the
                                      largest until the inputs fit), else none, and then the
-                                     file and the command say so; default tolerances
+                                     file and the command say so; default tolerances; the
+                                     stress distributions its reference supports (large
+                                     offsets, wide ranges, tiny values, masks, special
+                                     values: evaluators.numerics.screen), and why the others
+                                     are dropped
     <dest_dir>/<name>/kernel.py      a STARTING POINT: the reference's ops renamed ModelNew,
                                      inside an EVOLVE-BLOCK. The static check rejects it
                                      (torch compute, no Triton kernel) until it is rewritten
@@ -27,6 +31,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +192,23 @@ def _check_reduced(folder: Path, sizes: dict[str, int], init: list[Any]) -> str:
     return ""
 
 
+def _stress_lines(folder: Path, workloads: list[tuple[str, str, dict[str, int], list[Any]]]
+                  ) -> list[str]:
+    """The distributions the written reference supports and why the others are dropped
+    (evaluators.numerics.screen), screened on the workloads small enough for the CPU: the
+    GPU and the CPU then validate with the same ones."""
+    from evaluators.kernels.evaluator import KernelConfig, load_reference, stress_toml
+
+    raw = {"workloads": [{"name": n, "device": d, "args": a, "init": i}
+                         for n, d, a, i in workloads]}
+    config = KernelConfig.parse(raw, str(folder / "target.toml"))
+    try:
+        return stress_toml(config, load_reference(folder))
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}; a kernel target needs a reference that is right on "
+                          "normal inputs") from None
+
+
 def _toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -263,6 +285,11 @@ def import_kernelbench(problem_file: Path, dest_dir: Path, name: str | None = No
         if why:  # back to the GPU workload alone, the problem file as it was
             no_cpu, workloads, reduced = why, workloads[:1], {}
             (folder / "reference.py").write_text(source)
+    try:
+        stress = _stress_lines(folder, workloads)
+    except ConfigError:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
     lines = [
         f'name = "{name}"',
         'kind = "kernel"',
@@ -274,8 +301,7 @@ def import_kernelbench(problem_file: Path, dest_dir: Path, name: str | None = No
         "timeout_s = 300",
         "",
         "[evaluator]",
-        "# large offsets and masks are left out: they are not valid for every problem",
-        'distributions = ["normal", "uniform", "wide", "negative"]',
+        *stress,
     ]
     for wname, device, args, winit in workloads:
         lines += [

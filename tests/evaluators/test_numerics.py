@@ -225,3 +225,55 @@ def test_digest_names_dtype_and_shape_and_swaps_count():
     assert numerics.digest(x[::2]) == numerics.digest(x[::2].contiguous())
     assert numerics.digest(3.0) == "not a tensor: float"
     assert numerics.digest(torch.zeros(0)) != numerics.digest(torch.zeros(0, dtype=torch.int8))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_tiny_and_special_values_are_what_their_names_say(dtype):
+    g = torch.Generator().manual_seed(3)
+    tiny = numerics.draw((64, 64), dtype, "tiny", g).double()
+    scale = torch.finfo(dtype).tiny ** 0.25
+    assert float(tiny.abs().max()) < 8 * scale and float(tiny.abs().median()) > scale / 8
+    special = numerics.draw((64, 64), dtype, "special", g)
+    zeros = special == 0
+    assert bool(zeros.any()) and bool(torch.signbit(special[zeros]).any())  # -0.0 too
+    sub = (special != 0) & (special.abs() < torch.finfo(dtype).tiny)
+    assert bool(sub.any()), "no subnormal drawn"
+    assert 0.05 < float((zeros | sub).double().mean()) < 0.2
+
+
+class _Ref:
+    """A stand-in reference module: ``Model`` applies ``fn`` to its inputs."""
+
+    def __init__(self, fn, shape, dtype=torch.float32):
+        class Model(torch.nn.Module):
+            def forward(self, *xs):
+                return fn(*xs)
+
+        self.Model = Model
+        self.get_inputs = lambda **_: [torch.randn(*shape, dtype=dtype)]
+        self.get_init_inputs = lambda: []
+
+
+def _screen(fn, shape=(8, 300), dtype=torch.float32):
+    ref = _Ref(fn, shape, dtype)
+    return numerics.screen(ref, [numerics.ScreenWorkload("w", {}, [], None)])
+
+
+def test_the_screen_keeps_what_a_stable_reference_supports_and_says_why_not_the_rest():
+    found = _screen(lambda x: torch.log_softmax(x, -1))
+    assert {d for d, why in found.items() if not why} == {
+        "normal", "uniform", "offset", "wide", "negative", "tiny", "special"}
+    assert "not finite" in found["neginf_mask"]  # log(0) where the mask is
+
+
+def test_the_screen_drops_inputs_a_float32_reference_cannot_agree_on():
+    # exp without the max: float64 is finite at offset 300 (e^300 < 1.8e308), float32 is not
+    found = _screen(lambda x: torch.exp(x) / torch.exp(x).sum(-1, keepdim=True))
+    assert "float32 run of the reference disagrees" in found["offset"], found["offset"]
+    assert not found["normal"]
+
+
+def test_the_screen_drops_outputs_that_overflow_the_output_dtype():
+    found = _screen(lambda x: x * 1000.0, dtype=torch.float16)
+    assert "too near the largest float16" in found["offset"], found["offset"]
+    assert not found["normal"] and not found["uniform"]

@@ -86,3 +86,36 @@ def test_imported_problem_is_validated_like_a_built_in_target(
 def test_missing_problem_file_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["import-kernelbench", str(tmp_path / "nope.py")]) == 2
     assert "no such KernelBench problem file" in capsys.readouterr().err
+
+
+LOG_SOFTMAX = Path(__file__).resolve().parents[1] / "adversarial" / "imported" / "log_softmax"
+
+
+@pytest.mark.slow
+def test_an_imported_problem_validates_with_the_stress_its_reference_supports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A log-softmax kernel without the max subtraction is right on the problem's own inputs
+    (randn * 4) and overflows past 88: the imported target keeps large offsets and wide
+    ranges (its reference is finite and well conditioned there), so it is INVALID on the
+    CPU at every evaluation; the kernel that subtracts the max passes."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "24_LogSoftmax.py").write_text((LOG_SOFTMAX / "problem.py").read_text())
+    assert main(["import-kernelbench", "24_LogSoftmax.py"]) == 0
+    folder = tmp_path / "targets/kernels/24_logsoftmax"
+    toml = (folder / "target.toml").read_text()
+    assert '"offset"' in toml and '"wide"' in toml and "neginf_mask = " in toml, toml
+    capsys.readouterr()
+
+    unstable = LOG_SOFTMAX / "cheats" / "no_max_subtraction" / "kernel.py"
+    for _ in range(2):  # every evaluation meets every distribution kept
+        assert main(["evaluate", str(folder), str(unstable), "--json"]) == 1
+        data = json.loads(capsys.readouterr().out)
+        assert data["state"] == "INVALID", data["reason"]
+        assert "'offset'" in data["reason"] or "'wide'" in data["reason"], data["reason"]
+
+    assert main(["evaluate", str(folder), str(LOG_SOFTMAX / "honest" / "kernel.py")]) == 1
+    out = capsys.readouterr().out
+    assert "PRUNED (no GPU: correctness verified" in out, out
+    assert "validated with the distributions normal, uniform, offset, wide" in out, out
+    assert "dropped: neginf_mask (" in out, out

@@ -1,5 +1,6 @@
-"""The night's validation cases: made once per workload, three drawn per evaluation,
-redrawn from their seeds by the candidate's process (no case crosses a file)."""
+"""The night's validation cases: made once per workload, one of each distribution drawn
+per evaluation, redrawn from their seeds by the candidate's process (no case crosses a
+file)."""
 
 from pathlib import Path
 
@@ -31,7 +32,8 @@ def test_cases_are_made_once_a_night_and_drawn_per_evaluation(tmp_path, monkeypa
             res = evaluator.correctness(spec.path, ctx)
             assert res.state is CandidateState.VALID, res.reason
             pools = evaluator._pools
-            assert pools and all(len(p.made) <= CASE_POOL for p in pools.values())
+            size = max(CASE_POOL, len(evaluator.config.distributions))
+            assert pools and all(len(p.made) <= size for p in pools.values())
             names = sorted(p.name for p in io.iterdir())
             for wid in pools:
                 # the parameters and A1, B, C's outputs cross files; no input set does,
@@ -100,8 +102,10 @@ def test_the_final_check_runs_every_case_of_the_pool(tmp_path):
         dists = list(evaluator.config.distributions)
         mild = tuple(dists.index(d) for d in ("normal", "uniform", "negative"))
         # wrong only where exp overflows without the row maximum (offset, wide inputs):
-        # three mild distributions pass it, the final check over all six does not
+        # three mild distributions pass it, the final check over all of them does not
         assert check(wrong, picks=mild).state is CandidateState.VALID
+        # an evaluation of its own meets every distribution, whatever its hidden seed
+        assert check(wrong).state is CandidateState.INVALID
         final = check(wrong, final=True)
         assert final.state is CandidateState.INVALID and "final check" in final.reason
         ok = check(CORRECT, final=True)
