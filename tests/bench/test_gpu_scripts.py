@@ -212,3 +212,38 @@ def test_speculative_night_script_prepares_where_it_is_written(tmp_path: Path) -
     for spin in (0, 5):
         rows = json.loads((out / f"boundary-spin{spin}.json").read_text())
         assert rows["spin_ms"] == spin and rows["rows"][0]["median_us"] > 0
+
+
+@pytest.mark.slow
+def test_production_script_prepares_where_it_is_written(tmp_path: Path) -> None:
+    """`bench/kernels_production_gpu.sh OUT 6 prepare` on the CPU: every target's seed stands
+    in for the night's program, the bench's plan names every rival row (or why a rival
+    cannot run), the end-to-end gate passes every seed and torch's op through the Triton
+    interpreter, and one result file with a table comes back."""
+    work = _checkout_copy(tmp_path)
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": sys.executable, "WORK": str(tmp_path / "scratch")}
+    res = subprocess.run(["bash", "bench/kernels_production_gpu.sh", str(out), "6", "prepare"],
+                         cwd=work, env=env, timeout=900, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["result.json", "table.txt"]
+    data = json.loads((out / "result.json").read_text())
+    targets = sorted(p.name for p in (ROOT / "targets" / "kernels").iterdir()
+                     if (p / "target.toml").is_file())
+    assert data["stages"]["bench"]["exit"] == 0 and data["stages"]["gate"]["exit"] == 0
+    assert sorted(data["night"]["kept"]) == targets
+    assert set(data["night"]["kept"].values()) == {"seed"}
+    plan = data["bench"]["targets"]
+    assert sorted(plan) == targets
+    assert "rival:liger" in plan["rmsnorm"]["rival_rows"]
+    assert plan["gemm"]["rival_rows"] == [] and plan["gemm"]["rivals"]["liger"]
+    gate = data["gate"]["targets"]
+    assert sorted(gate) == targets
+    for t in targets:
+        progs = gate[t]["programs"]
+        assert {"night", "seed", "torch"} <= set(progs), t
+        for name, p in progs.items():
+            assert p["verdict"]["ok"], (t, name, p["verdict"]["reason"])
+            assert p["times"] == {}  # no GPU: correctness only
+    table = (out / "table.txt").read_text()
+    assert "end-to-end gate" in table and res.stdout.rstrip().endswith(table.rstrip()[-40:])
