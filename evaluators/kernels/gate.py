@@ -108,7 +108,7 @@ class GateBlock(Block):
         super().__init__(d, n_heads, ffn_mult)
         self.up = nn.Linear(d, ffn_mult * d, bias=True)
         if rms:
-            self.norm1, self.norm2 = RMSNorm(d), RMSNorm(d)
+            self.norm1, self.norm2 = RMSNorm(d), RMSNorm(d)  # type: ignore[assignment]
         self.softmax_op: Callable[..., torch.Tensor] | None = None
         self.ffn_op: Callable[..., torch.Tensor] | None = None
         self.up_t: torch.Tensor | None = None  # W as [d, f], contiguous (the GEMM's B)
@@ -149,7 +149,7 @@ class GateLM(TinyLM):
         self.blocks = nn.ModuleList(GateBlock(cfg.d_model, cfg.n_heads, cfg.ffn_mult, rms)
                                     for _ in range(cfg.n_layers))
         if rms:
-            self.norm = RMSNorm(cfg.d_model)
+            self.norm = RMSNorm(cfg.d_model)  # type: ignore[assignment]
         self.loss_op: Callable[..., torch.Tensor] | None = None
 
 
@@ -198,8 +198,8 @@ def install(model: GateLM, target: str, cls: Callable[..., nn.Module],
             return new
         for blk in model.blocks:
             assert isinstance(blk, GateBlock)
-            blk.norm1, blk.norm2 = swap(blk.norm1), swap(blk.norm2)
-        model.norm = swap(model.norm)
+            blk.norm1, blk.norm2 = swap(blk.norm1), swap(blk.norm2)  # type: ignore[assignment]
+        model.norm = swap(model.norm)  # type: ignore[assignment]
         return model
     op = cls(*(init or [])).to(device=p.device, dtype=p.dtype)
     if slot == "loss":
@@ -283,7 +283,7 @@ def op_class(program: str, target: str, reference: Path) -> Callable[..., nn.Mod
     """The class a program names: a file's ``ModelNew``, ``reference`` (the target's trusted
     ``Model``) or ``rival:<name>`` (:mod:`evaluators.kernels.rivals`)."""
     if program == "reference":
-        return _load_module(reference, "gate_reference").Model  # type: ignore[no-any-return]
+        return _load_module(reference, "gate_reference").Model
     if program.startswith("rival:"):
         from evaluators.kernels import rivals
 
@@ -291,7 +291,7 @@ def op_class(program: str, target: str, reference: Path) -> Callable[..., nn.Mod
     mod = _load_module(Path(program), "gate_program")
     if not hasattr(mod, "ModelNew"):
         raise ValueError(f"{program} defines no ModelNew class")
-    return mod.ModelNew  # type: ignore[no-any-return]
+    return mod.ModelNew
 
 
 def run_program(payload: dict, io_dir: Path) -> dict:
@@ -511,3 +511,49 @@ def run_in_process(target_dir: Path, program: str, device: str, seed: int, norm_
         verdict = verdict_of(reply, payload, Path(d), norm_tol, device)
     return {"program": program, "verdict": verdict.to_json(), "times": reply.get("times", {}),
             "shape": payload["shape"]}
+
+
+def final_gate(name: str, target_dir: Path, cand_dir: Path, ctx: Any, norm_tol: float
+               ) -> tuple[bool, str]:
+    """The gate before a pull branch (``KernelEvaluator.final_check``): the candidate's
+    ``kernel.py`` decodes in its own sandboxed process and the trusted side judges what it
+    sent back; on a GPU the seed's program (the target's ``kernel.py``, copied into the
+    io folder) is then timed the same way, so the verdict carries the end-to-end gain.
+    Returns (passed, what to say in the pull branch's text)."""
+    from evaluators._base import result_from_call
+
+    if name not in SLOTS:
+        return True, "no end-to-end gate (the op has no place in the gate's model)"
+    device = "cuda" if str(ctx.device).startswith("cuda") else "cpu"
+    judge_device = "cuda" if device == "cuda" and torch.cuda.is_available() else "cpu"
+    seed = int(ctx.seed) % (1 << 30)
+    reference = target_dir / "reference.py"
+    shape = shape_for(device, name)
+    times: dict[str, dict[str, float]] = {}
+    verdict = None
+    for who, program in (("candidate", "kernel.py"), ("seed", "io:gate-seed.py")):
+        if who == "seed":
+            if device != "cuda":
+                break
+            (ctx.io_dir / "gate-seed.py").write_text((target_dir / "kernel.py").read_text())
+        payload = payload_for(name, device, seed, program, reference, device == "cuda", shape)
+        payload["target"] = name
+        with ctx.device_alone():
+            call = ctx.run("evaluators.kernels.gate:run_program", payload, workdir=cand_dir)
+        failed = result_from_call(call, "final check")
+        if failed is not None:
+            if who == "candidate":
+                return False, f"failed inside the model: {failed.reason[:600]}"
+            times["seed"] = {}
+            continue
+        if who == "candidate":
+            verdict = verdict_of(call.response, payload, ctx.io_dir, norm_tol, judge_device)
+            if not verdict.ok:
+                return False, verdict.reason
+        else:
+            (ctx.io_dir / ANSWER).unlink(missing_ok=True)
+        times[who] = dict(call.response.get("times") or {})
+    assert verdict is not None
+    where = (f"{shape.n_layers}-layer width-{shape.d_model} model, "
+             f"{'CUDA graphs' if device == 'cuda' else 'Triton interpreter'}")
+    return True, f"{verdict.reason} ({where}); {gain_line(times)}"

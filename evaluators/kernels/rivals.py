@@ -33,6 +33,7 @@ class Rival:
     devices: tuple[str, ...]  # "cpu" where it runs in the Triton interpreter
     forward: Callable[..., Any]  # (module, *inputs) -> output, the library imported
     cpu_why: str = ""  # why it cannot run in the Triton interpreter, where it cannot
+    absent_why: str = ""  # what keeps it off a machine without a package index, if known
 
 
 def _liger(path: str, name: str) -> Any:
@@ -42,75 +43,86 @@ def _liger(path: str, name: str) -> Any:
 def _rms_liger(m: Any, x: torch.Tensor) -> torch.Tensor:
     fn = _liger("rms_norm", "LigerRMSNormFunction")
     # "gemma" casting: x and the weight in float32, as the reference (offset 0: y = x * w)
-    return fn.apply(x, m.weight, m.eps, 0.0, "gemma", False)  # type: ignore[no-any-return]
+    return fn.apply(x, m.weight, m.eps, 0.0, "gemma", False)
 
 
 def _rms_flashinfer(m: Any, x: torch.Tensor) -> torch.Tensor:
     norm = importlib.import_module("flashinfer.norm")
     x2 = x.reshape(-1, x.shape[-1])
-    return norm.rmsnorm(x2, m.weight, m.eps).view(x.shape)  # type: ignore[no-any-return]
+    return norm.rmsnorm(x2, m.weight, m.eps).view(x.shape)
 
 
 def _rms_quack(m: Any, x: torch.Tensor) -> torch.Tensor:
     mod = importlib.import_module("quack.rmsnorm")
-    return mod.rmsnorm(x, m.weight, eps=m.eps)  # type: ignore[no-any-return]
+    return mod.rmsnorm(x, m.weight, eps=m.eps)
 
 
 def _ln_liger(m: Any, x: torch.Tensor) -> torch.Tensor:
     fn = _liger("layer_norm", "LigerLayerNormFunction")
-    return fn.apply(x, m.weight, m.bias, m.eps)  # type: ignore[no-any-return]
+    return fn.apply(x, m.weight, m.bias, m.eps)
 
 
 def _ln_flashinfer(m: Any, x: torch.Tensor) -> torch.Tensor:
     norm = importlib.import_module("flashinfer.norm")
     x2 = x.reshape(-1, x.shape[-1])
     # its LayerNorm takes float32 weight and bias (a cast of 2 x hidden elements a call)
-    return norm.layernorm(x2, m.weight.float(), m.bias.float(),  # type: ignore[no-any-return]
+    return norm.layernorm(x2, m.weight.float(), m.bias.float(),
                           m.eps).view(x.shape)
 
 
 def _sm_liger(m: Any, x: torch.Tensor) -> torch.Tensor:
-    return _liger("softmax", "LigerSoftmaxFunction").apply(x)  # type: ignore[no-any-return]
+    return _liger("softmax", "LigerSoftmaxFunction").apply(x)
 
 
 def _sm_flashinfer(m: Any, x: torch.Tensor) -> torch.Tensor:
     sampling = importlib.import_module("flashinfer.sampling")
-    return sampling.softmax(x)  # type: ignore[no-any-return]
+    return sampling.softmax(x)
 
 
 def _sm_quack(m: Any, x: torch.Tensor) -> torch.Tensor:
-    return importlib.import_module("quack.softmax").softmax(x)  # type: ignore[no-any-return]
+    return importlib.import_module("quack.softmax").softmax(x)
 
 
 def _ce_liger(m: Any, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     fn = _liger("cross_entropy", "LigerCrossEntropyFunction")
     out = fn.apply(logits, targets, None, -100, 0.0, 0.0, "none", None, False, False, False)
-    return out[0]  # type: ignore[no-any-return]
+    return out[0]
 
 
 def _ce_quack(m: Any, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     mod = importlib.import_module("quack.cross_entropy")
-    return mod.cross_entropy(logits, targets, reduction="none")  # type: ignore[no-any-return]
+    return mod.cross_entropy(logits, targets, reduction="none")
 
 
 _CPU = ("cpu", "cuda")
+# wheel sizes on the package index, 2026-12-05 (CPython 3.12, x86-64 Linux)
+_FLASHINFER_ABSENT = ("flashinfer-python 0.7.2.post1 is a 62 MB wheel and needs the CUTLASS "
+                      "DSL (nvidia-cutlass-dsl-libs-cu13 4.8.1, 92 MB), cuda-python and "
+                      "apache-tvm-ffi: over the 64 MiB a GPU run's working tree carries")
+_QUACK_ABSENT = ("quack-kernels 0.6.5 needs the CUTLASS DSL (nvidia-cutlass-dsl-libs-cu13 "
+                 "4.8.1, a 92 MB wheel): over the 64 MiB a GPU run's working tree carries")
 # measured with liger-kernel 0.8.5 and triton 3.8 (TRITON_INTERPRET=1)
 _LIGER_NORM_CPU = ("its norm kernels call .to() on the scalar eps, which the Triton "
                    "interpreter refuses (AttributeError); runs on CUDA only")
 RIVALS: tuple[Rival, ...] = (
     Rival("rmsnorm", "liger", "liger_kernel", "liger-kernel", ("cuda",), _rms_liger,
           _LIGER_NORM_CPU),
-    Rival("rmsnorm", "flashinfer", "flashinfer", "flashinfer-python", ("cuda",), _rms_flashinfer),
-    Rival("rmsnorm", "quack", "quack", "quack-kernels", ("cuda",), _rms_quack),
+    Rival("rmsnorm", "flashinfer", "flashinfer", "flashinfer-python", ("cuda",), _rms_flashinfer,
+          absent_why=_FLASHINFER_ABSENT),
+    Rival("rmsnorm", "quack", "quack", "quack-kernels", ("cuda",), _rms_quack,
+          absent_why=_QUACK_ABSENT),
     Rival("layernorm", "liger", "liger_kernel", "liger-kernel", ("cuda",), _ln_liger,
           _LIGER_NORM_CPU),
-    Rival("layernorm", "flashinfer", "flashinfer", "flashinfer-python", ("cuda",),
-          _ln_flashinfer),
+    Rival("layernorm", "flashinfer", "flashinfer", "flashinfer-python", ("cuda",), _ln_flashinfer,
+          absent_why=_FLASHINFER_ABSENT),
     Rival("softmax", "liger", "liger_kernel", "liger-kernel", _CPU, _sm_liger),
-    Rival("softmax", "flashinfer", "flashinfer", "flashinfer-python", ("cuda",), _sm_flashinfer),
-    Rival("softmax", "quack", "quack", "quack-kernels", ("cuda",), _sm_quack),
+    Rival("softmax", "flashinfer", "flashinfer", "flashinfer-python", ("cuda",), _sm_flashinfer,
+          absent_why=_FLASHINFER_ABSENT),
+    Rival("softmax", "quack", "quack", "quack-kernels", ("cuda",), _sm_quack,
+          absent_why=_QUACK_ABSENT),
     Rival("cross_entropy", "liger", "liger_kernel", "liger-kernel", _CPU, _ce_liger),
-    Rival("cross_entropy", "quack", "quack", "quack-kernels", ("cuda",), _ce_quack),
+    Rival("cross_entropy", "quack", "quack", "quack-kernels", ("cuda",), _ce_quack,
+          absent_why=_QUACK_ABSENT),
 )
 # what a library lacks, said in the table instead of a silent gap
 NOT_OFFERED = {
@@ -145,6 +157,10 @@ def unavailable(rival: Rival, device: str) -> str:
         return "no CUDA device"
     try:
         importlib.import_module(rival.library)
+    except ModuleNotFoundError as exc:
+        if exc.name == rival.library and rival.absent_why:
+            return f"not installed: {rival.absent_why}"
+        return f"{rival.package} does not import: {type(exc).__name__}: {str(exc)[:200]}"
     except Exception as exc:  # noqa: BLE001 - any import failure is the row's reason
         return f"{rival.package} does not import: {type(exc).__name__}: {str(exc)[:200]}"
     return ""
@@ -164,7 +180,7 @@ def rival_class(target: str, name: str) -> Callable[..., nn.Module]:
                 self.weight = nn.Parameter(torch.ones(hidden))
 
             def forward(self, x: torch.Tensor) -> torch.Tensor:
-                return fwd(self, x)  # type: ignore[no-any-return]
+                return fwd(self, x)
         return RivalRMSNorm
     if target == "layernorm":
         class RivalLayerNorm(nn.Module):
@@ -175,12 +191,12 @@ def rival_class(target: str, name: str) -> Callable[..., nn.Module]:
                 self.bias = nn.Parameter(torch.zeros(hidden))
 
             def forward(self, x: torch.Tensor) -> torch.Tensor:
-                return fwd(self, x)  # type: ignore[no-any-return]
+                return fwd(self, x)
         return RivalLayerNorm
 
     class RivalOp(nn.Module):
         def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-            return fwd(self, *inputs)  # type: ignore[no-any-return]
+            return fwd(self, *inputs)
     return RivalOp
 
 
