@@ -3,6 +3,7 @@ one result file of a GPU run (``bench/kernels_production_gpu.sh``).
 
     python bench/kernels_production.py gate --kept DIR --out gate.json [--device cuda]
     python bench/kernels_production.py summary --work DIR --out result.json
+    python bench/kernels_production.py kept --result result.json --night DIR
 
 ``gate``: for every target, the program the night kept (``DIR/<target>.py``), the seed, each
 production rival that runs here and torch's op (``reference``) go through
@@ -10,6 +11,9 @@ production rival that runs here and torch's op (``reference``) go through
 against the float64 model) and, on a GPU, the engine's decode and prefill steps replayed.
 Targets whose night kept a pull branch go first; the file is rewritten after each target,
 so a run cut short keeps what it finished.
+
+``kept``: an earlier run's kept programs and their origin, from its result file, written as
+the night script writes them (``DIR/kept/<target>.py``, ``DIR/kept.json``).
 
 ``summary``: the night's status and kept programs, the bench's rows (``bench.json`` of
 ``kernels_h200.py --quick``) and the gate's (``gate.json``) in one JSON file, and a short
@@ -129,6 +133,7 @@ def summary(work: Path, out: Path, stages: dict[str, Any]) -> list[str]:
         "night": {"kept": kept, "status": _read(night / "status.txt"),
                   "report_tail": _read(night / "report.md", 6000),
                   "log_tail": _read(night / "night.log", 8000),
+                  "script_tail": _read(work / "night-stdout.log", 3000),
                   "kept_sources": {p.stem: p.read_text() for p in
                                    sorted((night / "kept").glob("*.py"))}},
         "bench": bench,
@@ -182,6 +187,20 @@ def table(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def restore_kept(result: Path, night: Path) -> None:
+    data = json.loads(result.read_text())
+    sources = (data.get("night") or {}).get("kept_sources") or {}
+    if not sources:
+        print(f"{result} holds no kept programs (night.kept_sources)", file=sys.stderr)
+        sys.exit(2)
+    (night / "kept").mkdir(parents=True, exist_ok=True)
+    for target, src in sources.items():
+        (night / "kept" / f"{target}.py").write_text(src)
+    kept = {t: (data["night"].get("kept") or {}).get(t, "?") for t in sources}
+    (night / "kept.json").write_text(json.dumps(kept, indent=1))
+    print(f"kept programs of {result}: {kept}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -194,6 +213,9 @@ def main() -> None:
     g.add_argument("--reps", type=int, default=50)
     g.add_argument("--steps", type=int, default=0, help="greedy steps (default: the shape's)")
     g.add_argument("--prompt", type=int, default=0, help="prompt tokens (default: the shape's)")
+    k = sub.add_parser("kept", help="an earlier run's kept programs, from its result file")
+    k.add_argument("--result", type=Path, required=True)
+    k.add_argument("--night", type=Path, required=True)
     s = sub.add_parser("summary", help="one result file and a table")
     s.add_argument("--work", type=Path, required=True)
     s.add_argument("--out", type=Path, required=True)
@@ -215,6 +237,9 @@ def main() -> None:
             sys.exit(2)
         run_gate(args.kept, args.out, device, targets, args.seed, args.reps,
                  args.steps or None, args.prompt or None)
+        return
+    if args.cmd == "kept":
+        restore_kept(args.result, args.night)
         return
     stages = {}
     for item in args.stage:

@@ -2,7 +2,7 @@
 # Kernel wins against production, in one call of a GPU machine that has Python, torch and
 # triton but no package index:
 #
-#   bash bench/kernels_production_gpu.sh OUTDIR [MINUTES] [prepare]
+#   bash bench/kernels_production_gpu.sh OUTDIR [MINUTES] [prepare|retime]
 #
 # 1. the kernel night (experiments/kernels.toml, MINUTES of search, default 6) through
 #    bench/kernels_night_gpu.sh;
@@ -19,11 +19,19 @@
 # Python error: no night (the seeds stand in for the kept programs), the bench's --prepare
 # (every program and rival imported, the plan written) and the gate on the CPU through the
 # Triton interpreter (the small model, correctness only).
+#
+# `retime` skips the night and times and gates the programs an earlier run kept, read from
+# its result file (KEPT_FROM=path/to/result.json, inside the working tree): for a second
+# call when the first one's night left too little time for the rest.
 set -euo pipefail
-out=${1:?usage: kernels_production_gpu.sh OUTDIR [MINUTES] [prepare]}
+out=${1:?usage: kernels_production_gpu.sh OUTDIR [MINUTES] [prepare|retime]}
 minutes=${2:-6}
 mode=${3:-run}
-case "$mode" in run|prepare) ;; *) echo "mode is run or prepare, not '$mode'" >&2; exit 2 ;; esac
+case "$mode" in
+    run|prepare) ;;
+    retime) [ -f "${KEPT_FROM:-}" ] || { echo "retime needs KEPT_FROM=RESULT_JSON (an earlier run's result.json)" >&2; exit 2; } ;;
+    *) echo "mode is run, prepare or retime, not '$mode'" >&2; exit 2 ;;
+esac
 py=${PYTHON:-python3}
 run_s=${RUN_S:-570}
 t0=$(date +%s)
@@ -65,6 +73,8 @@ if [ "$mode" = prepare ]; then
         --out "$work/bench.json"
     stage gate 100 "$py" bench/kernels_production.py gate --kept "$work/night/kept" \
         --device cpu --out "$work/gate.json" ${GATE_ARGS:-}
+elif [ "$mode" = retime ]; then
+    "$py" bench/kernels_production.py kept --result "$KEPT_FROM" --night "$work/night"
 else
     s0=$(date +%s)
     rc=0
@@ -72,6 +82,8 @@ else
         || rc=$?
     tail -n 15 "$work/night-stdout.log"
     stages+=(--stage "night=$rc:$(( $(date +%s) - s0 ))")
+fi
+if [ "$mode" != prepare ]; then
     stage bench 55 "$py" bench/kernels_h200.py --quick --reps 50 --night "$work/night/kept" \
         --out "$work/bench.json" ${BENCH_ARGS:-}
     stage gate 100 "$py" bench/kernels_production.py gate --kept "$work/night/kept" \

@@ -247,3 +247,16 @@ def test_production_script_prepares_where_it_is_written(tmp_path: Path) -> None:
             assert p["times"] == {}  # no GPU: correctness only
     table = (out / "table.txt").read_text()
     assert "end-to-end gate" in table and res.stdout.rstrip().endswith(table.rstrip()[-40:])
+    # a second call (`retime`) takes the kept programs back from this result file
+    night = tmp_path / "again"
+    res = subprocess.run([sys.executable, "bench/kernels_production.py", "kept", "--result",
+                          str(out / "result.json"), "--night", str(night)], cwd=work, env=env,
+                         timeout=120, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert json.loads((night / "kept.json").read_text()) == data["night"]["kept"]
+    for t in targets:
+        assert (night / "kept" / f"{t}.py").read_text() == (
+            ROOT / "targets" / "kernels" / t / "kernel.py").read_text()
+    res = subprocess.run(["bash", "bench/kernels_production_gpu.sh", str(out), "6", "retime"],
+                         cwd=work, env=env, timeout=120, capture_output=True, text=True)
+    assert res.returncode == 2 and "KEPT_FROM" in res.stderr  # a clear error, exit 2
