@@ -538,16 +538,20 @@ def final_gate(name: str, target_dir: Path, cand_dir: Path, ctx: Any, norm_tol: 
             (ctx.io_dir / "gate-seed.py").write_text((target_dir / "kernel.py").read_text())
         payload = payload_for(name, device, seed, program, reference, device == "cuda", shape)
         payload["target"] = name
+        # the device alone: the program's step times, then the float64 runs of the verdict
         with ctx.device_alone():
             call = ctx.run("evaluators.kernels.gate:run_program", payload, workdir=cand_dir)
-        failed = result_from_call(call, "final check")
+            failed = result_from_call(call, "final check")
+            if failed is None and who == "candidate":
+                verdict = verdict_of(call.response, payload, ctx.io_dir, norm_tol,
+                                     judge_device)
         if failed is not None:
             if who == "candidate":
                 return False, f"failed inside the model: {failed.reason[:600]}"
             times["seed"] = {}
             continue
         if who == "candidate":
-            verdict = verdict_of(call.response, payload, ctx.io_dir, norm_tol, judge_device)
+            assert verdict is not None
             if not verdict.ok:
                 return False, verdict.reason
         else:
