@@ -253,7 +253,8 @@ def decode(model: GateLM, prompt: torch.Tensor, steps: int, force: list[int] | N
 @torch.no_grad()
 def step_times(model: GateLM, shape: GateShape, reps: int = 50) -> dict[str, float]:
     """The engine's decode step (1 token) and prefill step (the prompt) replayed as CUDA
-    graphs, the median of ``reps`` each (ms); nothing on the CPU."""
+    graphs, the median of ``reps`` each (ms), and with a loss op the scoring of a prompt
+    (the prefill replayed, then the loss of every position, eager); nothing on the CPU."""
     from evaluators.speculative.engine import StaticDecoder
 
     dec = StaticDecoder(model)
@@ -261,7 +262,24 @@ def step_times(model: GateLM, shape: GateShape, reps: int = 50) -> dict[str, flo
         return {}
     dec.capture([1, shape.prompt], features=False)
     dec.calibrate([1, shape.prompt], reps=reps)
-    return {"decode_ms": dec.step_ms[(1, False)], "prefill_ms": dec.step_ms[(shape.prompt, False)]}
+    out = {"decode_ms": dec.step_ms[(1, False)],
+           "prefill_ms": dec.step_ms[(shape.prompt, False)]}
+    if model.loss_op is not None:  # scoring a prompt: the prefill, then every position's loss
+        ids = prompt_ids(shape, 0, str(dec.device))
+        targets = ids[0, 1:].contiguous()
+        times = []
+        for i in range(reps + 3):
+            begin = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            begin.record()
+            logits, _ = dec(ids, dec.new_cache())
+            model.loss_op(logits[0, :-1], targets)
+            end.record()
+            end.synchronize()
+            if i >= 3:
+                times.append(begin.elapsed_time(end))
+        out["score_ms"] = statistics.median(times)
+    return out
 
 
 # -- the program's side ------------------------------------------------------------------
@@ -439,7 +457,7 @@ def gain_line(times: dict[str, dict[str, float]], program: str = "candidate") ->
     if not mine:
         return "not timed (no GPU)"
     parts = []
-    for step in ("decode_ms", "prefill_ms"):
+    for step in ("decode_ms", "prefill_ms", "score_ms"):
         if step not in mine:
             continue
         rel = [f"{times[o][step] / mine[step]:.3f}x against {o}" for o in times
@@ -449,8 +467,6 @@ def gain_line(times: dict[str, dict[str, float]], program: str = "candidate") ->
     return "; ".join(parts)
 
 
-def median(xs: list[float]) -> float:
-    return statistics.median(xs) if xs else math.nan
 
 
 # -- where the gate runs -------------------------------------------------------------------
