@@ -177,8 +177,9 @@ def table(data: dict[str, Any]) -> list[str]:
         for name, p in progs.items():
             v = p.get("verdict", {})
             tm = p.get("times") or {}
+            score = f"/score {_fmt(tm['score_ms'])}" if "score_ms" in tm else ""
             cells.append(f"{name} {'ok' if v.get('ok') else 'FAIL'} "
-                         f"{_fmt(tm.get('decode_ms'))}/{_fmt(tm.get('prefill_ms'))}")
+                         f"{_fmt(tm.get('decode_ms'))}/{_fmt(tm.get('prefill_ms'))}{score}")
         lines.append(f"{t:13s} kept={kept.get(t, rec.get('kept', '?'))}: " + "; ".join(cells))
         for name, p in progs.items():
             v = p.get("verdict", {})

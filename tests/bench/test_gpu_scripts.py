@@ -260,3 +260,30 @@ def test_production_script_prepares_where_it_is_written(tmp_path: Path) -> None:
     res = subprocess.run(["bash", "bench/kernels_production_gpu.sh", str(out), "6", "retime"],
                          cwd=work, env=env, timeout=120, capture_output=True, text=True)
     assert res.returncode == 2 and "KEPT_FROM" in res.stderr  # a clear error, exit 2
+
+
+def test_the_production_table_names_the_fastest_rival_and_the_gates_steps() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import kernels_production
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    rows = [{"target": "softmax", "workload": "w", "impl": impl, "ms": ms, "valid": ok}
+            for impl, ms, ok in (("seed", 0.1, True), ("night", 0.09, True),
+                                 ("rival:liger", 0.12, True), ("rival:quack", 0.05, False),
+                                 ("rival:flashinfer", 0.11, True), ("eager", 0.3, True))]
+    data = {"bench": {"rows": rows, "rivals_unavailable": {"softmax": {"quack": "no wheel"}}},
+            "night": {"kept": {"softmax": "optimizer/pr/kernels/softmax"}},
+            "gate": {"targets": {"softmax": {"programs": {
+                "night": {"verdict": {"ok": True}, "times": {"decode_ms": 1.0,
+                                                            "prefill_ms": 2.0}},
+                "seed": {"verdict": {"ok": False, "reason": "greedy token 3"},
+                         "times": {}}}}}}}
+    lines = kernels_production.table(data)
+    row = next(line for line in lines if line.startswith("softmax       w"))
+    assert row.split()[2:5] == ["0.0900", "0.1000", "0.3000"]
+    assert row.endswith("flashinfer 0.1100")  # the fastest valid rival, not the invalid one
+    assert "  softmax quack: no wheel" in lines
+    gate = next(line for line in lines if line.startswith("softmax       kept="))
+    assert "night ok 1.0000/2.0000" in gate and "seed FAIL -/-" in gate
+    assert "  seed: greedy token 3" in lines
