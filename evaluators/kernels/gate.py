@@ -561,6 +561,8 @@ def final_gate(name: str, target_dir: Path, cand_dir: Path, ctx: Any, norm_tol: 
             if failed is None and who == "candidate":
                 verdict = verdict_of(call.response, payload, ctx.io_dir, norm_tol,
                                      judge_device)
+                if judge_device == "cuda":  # the float64 model's 11 GB back to the slots
+                    torch.cuda.empty_cache()
         if failed is not None:
             if who == "candidate":
                 return False, f"failed inside the model: {failed.reason[:600]}"
