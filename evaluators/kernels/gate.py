@@ -396,6 +396,11 @@ def reference_runs(target: str, reference: Path, shape: GateShape, seed: int, de
     return out[0], out[1]
 
 
+# the last reference runs (their logits only): several programs of a target usually answer
+# the same tokens, and the float64 model is the verdict's largest cost
+_LAST_REFERENCE: list[Any] = []
+
+
 def judge(target: str, reference: Path, shape: GateShape, seed: int, device: str,
           tokens: list[int], logits: torch.Tensor, losses: torch.Tensor | None,
           norm_tol: float, init: list[Any] | None = None) -> GateVerdict:
@@ -406,8 +411,13 @@ def judge(target: str, reference: Path, shape: GateShape, seed: int, device: str
                            f"{(shape.steps, shape.vocab)}")
     if any(not 0 <= t < shape.vocab for t in tokens):
         return GateVerdict(False, "a token outside the vocabulary")
-    (ref, ref_loss), (same, same_loss) = reference_runs(target, reference, shape, seed, device,
-                                                        tokens, init)
+    key = (target, str(reference), shape, seed, device, tuple(tokens))
+    if _LAST_REFERENCE and _LAST_REFERENCE[0] == key:  # the seed and rivals decode alike
+        runs = _LAST_REFERENCE[1]
+    else:
+        runs = reference_runs(target, reference, shape, seed, device, tokens, init)
+        _LAST_REFERENCE[:] = [key, runs]
+    (ref, ref_loss), (same, same_loss) = runs
     torch_err = _norm_error(same, ref)
     bound = max(norm_tol, ERROR_FACTOR * torch_err)
     err = _norm_error(logits, ref)
