@@ -5,6 +5,12 @@ Needs only torch and triton (evaluators/ imports nothing else). Usage::
 
     python bench/kernels_h200.py --out bench/results/kernels-h200.json [--targets softmax,gemm]
         [--night DIR]   # DIR/<target>.py: the program a GPU night kept, timed as "night"
+        [--quick]       # no search and no torch.compile: seed, night, eager and the rivals
+        [--prepare]     # without a GPU: load every program and rival, write what would run
+
+The production rivals (Liger-Kernel, FlashInfer, QuACK; ``evaluators/kernels/rivals.py``)
+are timed beside them where their library imports (rows ``rival:<name>``); the ones that
+cannot run are listed with the reason under ``rivals_unavailable``.
 
 Every implementation is checked against a float64 reference on fresh inputs (two
 distributions) before it is timed; a wrong one is recorded as such and never timed.
@@ -36,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from evaluators import numerics, timing  # noqa: E402
+from evaluators.kernels import rivals as rival_kernels  # noqa: E402
 
 KNOB = re.compile(r"^(?P<name>[A-Z_][A-Z0-9_]*) = (?P<value>\S+)(?P<rest>\s+# knob: choices=\[(?P<choices>[^\]]*)\].*)$", re.M)  # noqa: E501
 
@@ -120,8 +127,11 @@ def load_module(path: Path, name: str):
 
 class Bench:
     def __init__(self, out: Path, reps: int, search_reps: int, grid_max: int = MAX_GRID,
-                 night: Path | None = None, variants: str = "", night_workloads: bool = False):
+                 night: Path | None = None, variants: str = "", night_workloads: bool = False,
+                 quick: bool = False):
         self.out, self.reps, self.search_reps = out, reps, search_reps
+        self.quick = quick  # no search, no torch.compile
+        self.unavailable: dict[str, dict[str, str]] = {}
         self.variants = set(filter(None, variants.split(",")))
         self.night_workloads = night_workloads
         self.night = night
@@ -152,6 +162,7 @@ class Bench:
                       "event per repetition (the host launch is never timed), interleaved, "
                       f"median of {self.reps}; bytes = inputs + outputs + parameters, each once",
             "rows": self.rows,
+            "rivals_unavailable": self.unavailable,
             "search": self.search_log,
         }
         self.out.parent.mkdir(parents=True, exist_ok=True)
@@ -165,12 +176,12 @@ class Bench:
         night = self.night / f"{target}.py" if self.night else None
         if night is not None and night.is_file():
             sources["night"] = night.read_text()  # also a contender for "best"
-        grid = list(self._grid(target, seed_src))
+        grid = [] if self.quick else list(self._grid(target, seed_src))
         for values in grid:
             sources[f"seed{values}"] = substitute(seed_src, values)
         for vpath in sorted((tdir / "variants").glob("*.py")) if (tdir / "variants").exists() \
                 else []:
-            if self.variants and vpath.stem not in self.variants:
+            if self.quick or (self.variants and vpath.stem not in self.variants):
                 continue
             vsrc = vpath.read_text()
             for values in near_first(vsrc)[:self.grid_max]:
@@ -266,13 +277,23 @@ class Bench:
         impls = {"eager": ref.Model, "seed": seed_mod.ModelNew, "best": best_mod.ModelNew}
         if night_mod is not None:
             impls["night"] = night_mod.ModelNew
+        impls.update(self._rivals(target))
         fns, valid = {}, {}
         for dist, seed in (("offset" if target != "gemm" else "uniform", 7), ("wide", 8)):
             inputs, params, refs = self._case(ref, args, init, dt, dist, seed)
-            for name, cls in impls.items():
-                model = self._model(cls, init, params)
-                with torch.no_grad():
-                    out = model(*inputs)
+            for name, cls in list(impls.items()):
+                try:
+                    model = self._model(cls, init, params)
+                    with torch.no_grad():
+                        out = model(*inputs)
+                    torch.cuda.synchronize()
+                except Exception as exc:  # noqa: BLE001 - a rival that fails is a row's reason
+                    if not name.startswith("rival:"):
+                        raise
+                    self.unavailable.setdefault(target, {})[name.removeprefix("rival:")] = (
+                        f"failed on {wname}: {type(exc).__name__}: {str(exc)[:300]}")
+                    del impls[name]
+                    continue
                 valid.setdefault(name, "")
                 valid[name] = valid[name] or self._verdict(out, refs)
             del refs
@@ -281,14 +302,15 @@ class Bench:
             model = self._model(cls, init, params)
             fns[name] = (lambda m=model, i=inputs: m(*i))
         t0 = time.perf_counter()
-        compiled = torch.compile(self._model(ref.Model, init, params))
-        with torch.no_grad():
-            out = compiled(*inputs)
-        refs = self._case(ref, args, init, dt, "normal", 9)[2]
-        valid["compile"] = self._verdict(out, refs)
-        del refs
+        if not self.quick:
+            compiled = torch.compile(self._model(ref.Model, init, params))
+            with torch.no_grad():
+                out = compiled(*inputs)
+            refs = self._case(ref, args, init, dt, "normal", 9)[2]
+            valid["compile"] = self._verdict(out, refs)
+            del refs
+            fns["compile"] = lambda c=compiled, i=inputs: c(*i)
         compile_s = time.perf_counter() - t0
-        fns["compile"] = lambda c=compiled, i=inputs: c(*i)
         with torch.no_grad():
             samples = timing.time_interleaved(fns, reps=self.reps, flusher=self.flusher)
             out = fns["best"]()
@@ -297,6 +319,7 @@ class Bench:
         for name, s in samples.items():
             row = {"target": target, "workload": wname, "impl": name,
                    "program": best_key if name == "best" else name,
+                   "production": name.startswith("rival:"),
                    "valid": not valid[name], "reason": valid[name],
                    "bytes": nbytes, **timing.summary(s, nbytes, self.copy_gbs)}
             if target == "gemm":
@@ -311,6 +334,49 @@ class Bench:
             print(f"{target:14s} {wname:20s} {name:8s} {row['ms']:8.4f} ms "
                   f"{row['frac_copy_bw']:5.2f} of copy bw{extra} "
                   f"{'' if row['valid'] else 'INVALID ' + row['reason'][:80]}", flush=True)
+
+
+    def _rivals(self, target: str) -> dict:
+        """The production rivals that run here, by row name; the others' reasons kept."""
+        out = {}
+        why = self.unavailable.setdefault(target, {})
+        for rival in rival_kernels.rivals_for(target):
+            reason = rival_kernels.unavailable(rival, "cuda")
+            if reason:
+                why[rival.name] = reason
+            else:
+                out[f"rival:{rival.name}"] = rival_kernels.rival_class(target, rival.name)
+        for (t, lib), reason in rival_kernels.NOT_OFFERED.items():
+            if t == target:
+                why[lib] = reason
+        return out
+
+
+def prepare(out: Path, targets: list[str], night: Path | None) -> None:
+    """Without a GPU: every program the run would time imports (seed, night), every rival
+    class is built, and the rivals that could not run are listed with their reason."""
+    plan: dict[str, dict] = {}
+    for target in targets:
+        tdir = ROOT / "targets" / "kernels" / target
+        ref = load_module(tdir / "reference.py", f"ref_{target}")
+        progs = {"seed": tdir / "kernel.py"}
+        if night is not None and (night / f"{target}.py").is_file():
+            progs["night"] = night / f"{target}.py"
+        for name, path in progs.items():
+            if not hasattr(load_module(path, f"prep_{target}_{name}"), "ModelNew"):
+                raise SystemExit(f"{path}: no ModelNew")
+        init = ref.get_init_inputs()
+        classes = {f"rival:{r.name}": rival_kernels.rival_class(target, r.name)(*init)
+                   for r in rival_kernels.rivals_for(target)}
+        plan[target] = {"programs": sorted(progs), "rival_rows": sorted(classes),
+                        "rivals": rival_kernels.table("cuda")[target],
+                        "workloads": [w[0] for w in WORKLOADS[target]]}
+        print(f"{target}: {sorted(progs)} and {sorted(classes) or 'no rivals'}", flush=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"prepare": True, "device": "cpu", "targets": plan,
+                               "rivals_unavailable": {t: {k: v for k, v in p["rivals"].items()
+                                                          if v} for t, p in plan.items()},
+                               "rows": []}, indent=1))
 
 
 def evaluator_check(target: str) -> None:
@@ -358,13 +424,20 @@ def main() -> None:
                     help="time the workloads of each target.toml (a night's objective)")
     ap.add_argument("--evaluator", default="",
                     help="also run the sandboxed KernelEvaluator on these targets' seeds")
+    ap.add_argument("--quick", action="store_true",
+                    help="no search and no torch.compile: seed, night, eager and the rivals")
+    ap.add_argument("--prepare", action="store_true",
+                    help="no GPU needed: import every program and rival, write the plan")
     args = ap.parse_args()
+    if args.prepare:
+        prepare(args.out, args.targets.split(","), args.night)
+        return
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
     for target in filter(None, args.evaluator.split(",")):
         evaluator_check(target)
     bench = Bench(args.out, args.reps, args.search_reps, args.grid_max, args.night,
-                  args.variants, args.night_workloads)
+                  args.variants, args.night_workloads, args.quick)
     for target in args.targets.split(","):
         bench.run_target(target)
         bench.write()

@@ -632,15 +632,24 @@ class KernelEvaluator(Evaluator):
         if not res.ok:
             return EvalResult(res.state, f"final check: {res.reason}", "final check",
                               artifacts=res.artifacts)
+        # the end-to-end gate: the kernel in its op's place in a model (evaluators/kernels/gate.py)
+        from evaluators.kernels.gate import final_gate, shape_for
+
+        dtype = shape_for(ctx.device, self.target.name).dtype
+        passed, said = final_gate(self.target.name, self.target.path, cand_dir, ctx,
+                                  self.config.tolerance(dtype).norm)
+        if not passed:
+            return EvalResult(CandidateState.INVALID, f"final check: end-to-end gate: {said}",
+                              "final check")
         return EvalResult(CandidateState.VALID, f"all {n} validation cases of every workload "
-                          "answered right", "final check")
+                          f"answered right; end-to-end gate: {said}", "final check")
 
     def confirmation_evaluations(self, repeats: int) -> float:
         """The final check's correctness call (every case of the pools: at most two
         evaluations' checks; counted as the three-case calls it replaced), then one timed
         call in which candidate and seed alternate over ``repeats`` blocks (the blocks cost
         milliseconds of GPU time each: two evaluations' worth is ample)."""
-        return math.ceil(CASE_POOL / 3) + 2.0
+        return math.ceil(CASE_POOL / 3) + 2.0 + 2.0  # + the end-to-end gate's two calls
 
     @staticmethod
     def _invalid(reason: str, report: list[str], rejected: bool = False) -> EvalResult:

@@ -212,3 +212,78 @@ def test_speculative_night_script_prepares_where_it_is_written(tmp_path: Path) -
     for spin in (0, 5):
         rows = json.loads((out / f"boundary-spin{spin}.json").read_text())
         assert rows["spin_ms"] == spin and rows["rows"][0]["median_us"] > 0
+
+
+@pytest.mark.slow
+def test_production_script_prepares_where_it_is_written(tmp_path: Path) -> None:
+    """`bench/kernels_production_gpu.sh OUT 6 prepare` on the CPU: every target's seed stands
+    in for the night's program, the bench's plan names every rival row (or why a rival
+    cannot run), the end-to-end gate passes every seed and torch's op through the Triton
+    interpreter, and one result file with a table comes back."""
+    work = _checkout_copy(tmp_path)
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": sys.executable, "WORK": str(tmp_path / "scratch")}
+    res = subprocess.run(["bash", "bench/kernels_production_gpu.sh", str(out), "6", "prepare"],
+                         cwd=work, env=env, timeout=900, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["result.json", "table.txt"]
+    data = json.loads((out / "result.json").read_text())
+    targets = sorted(p.name for p in (ROOT / "targets" / "kernels").iterdir()
+                     if (p / "target.toml").is_file())
+    assert data["stages"]["bench"]["exit"] == 0 and data["stages"]["gate"]["exit"] == 0
+    assert sorted(data["night"]["kept"]) == targets
+    assert set(data["night"]["kept"].values()) == {"seed"}
+    plan = data["bench"]["targets"]
+    assert sorted(plan) == targets
+    assert "rival:liger" in plan["rmsnorm"]["rival_rows"]
+    assert plan["gemm"]["rival_rows"] == [] and plan["gemm"]["rivals"]["liger"]
+    gate = data["gate"]["targets"]
+    assert sorted(gate) == targets
+    for t in targets:
+        progs = gate[t]["programs"]
+        assert {"night", "seed", "torch"} <= set(progs), t
+        for name, p in progs.items():
+            assert p["verdict"]["ok"], (t, name, p["verdict"]["reason"])
+            assert p["times"] == {}  # no GPU: correctness only
+    table = (out / "table.txt").read_text()
+    assert "end-to-end gate" in table and res.stdout.rstrip().endswith(table.rstrip()[-40:])
+    # a second call (`retime`) takes the kept programs back from this result file
+    night = tmp_path / "again"
+    res = subprocess.run([sys.executable, "bench/kernels_production.py", "kept", "--result",
+                          str(out / "result.json"), "--night", str(night)], cwd=work, env=env,
+                         timeout=120, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert json.loads((night / "kept.json").read_text()) == data["night"]["kept"]
+    for t in targets:
+        assert (night / "kept" / f"{t}.py").read_text() == (
+            ROOT / "targets" / "kernels" / t / "kernel.py").read_text()
+    res = subprocess.run(["bash", "bench/kernels_production_gpu.sh", str(out), "6", "retime"],
+                         cwd=work, env=env, timeout=120, capture_output=True, text=True)
+    assert res.returncode == 2 and "KEPT_FROM" in res.stderr  # a clear error, exit 2
+
+
+def test_the_production_table_names_the_fastest_rival_and_the_gates_steps() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import kernels_production
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    rows = [{"target": "softmax", "workload": "w", "impl": impl, "ms": ms, "valid": ok}
+            for impl, ms, ok in (("seed", 0.1, True), ("night", 0.09, True),
+                                 ("rival:liger", 0.12, True), ("rival:quack", 0.05, False),
+                                 ("rival:flashinfer", 0.11, True), ("eager", 0.3, True))]
+    data = {"bench": {"rows": rows, "rivals_unavailable": {"softmax": {"quack": "no wheel"}}},
+            "night": {"kept": {"softmax": "optimizer/pr/kernels/softmax"}},
+            "gate": {"targets": {"softmax": {"programs": {
+                "night": {"verdict": {"ok": True}, "times": {"decode_ms": 1.0,
+                                                            "prefill_ms": 2.0}},
+                "seed": {"verdict": {"ok": False, "reason": "greedy token 3"},
+                         "times": {}}}}}}}
+    lines = kernels_production.table(data)
+    row = next(line for line in lines if line.startswith("softmax       w"))
+    assert row.split()[2:5] == ["0.0900", "0.1000", "0.3000"]
+    assert row.endswith("flashinfer 0.1100")  # the fastest valid rival, not the invalid one
+    assert "  softmax quack: no wheel" in lines
+    gate = next(line for line in lines if line.startswith("softmax       kept="))
+    assert "night ok 1.0000/2.0000" in gate and "seed FAIL -/-" in gate
+    assert "  seed: greedy token 3" in lines
