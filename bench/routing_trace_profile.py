@@ -4,8 +4,9 @@
         ../shared/data/traces/mooncake_conversation.jsonl --end-s 1800 \
         --name mooncake_conversation --source "Mooncake FAST'25 release, conversation_trace.jsonl"
 
-The trace is read, not shipped: only the figures (evaluators/routing/profiles/<name>.json)
-are committed, and evaluators/routing/profiles.py draws workloads that match them.
+The trace is read, not shipped: only the figures
+(evaluators/routing/trace_profiles/<name>.json) are committed, and
+evaluators/routing/profiles.py draws workloads that match them.
 """
 
 from __future__ import annotations

@@ -203,6 +203,8 @@ def _confirm(
             return {"confirmed": False, "wrong": True,
                     "headline": f"final check: {final.reason[:300]}"}
         checked = {"final_check": final.reason} if final is not None and final.reason else {}
+        if final is not None and final.artifacts.get("evidence.md"):  # a kind's table
+            checked["evidence_md"] = final.artifacts["evidence.md"]
         evidence = _measure_win(r, target, evaluator, ctx, cand_dir, seed_dir, seed, best)
         return {**evidence, **checked}
     finally:
@@ -334,6 +336,10 @@ def _publish(
         "correctness against the target's trusted checks, performance"
         + (f"; before publishing, {evidence['final_check']}" if evidence.get("final_check")
            else "") + ".",
+    ]
+    if evidence.get("evidence_md"):
+        lines += ["", evidence["evidence_md"].rstrip()]
+    lines += [
         "",
         "## Metrics (seed -> candidate)",
     ]

@@ -516,7 +516,8 @@ class RoutingEvaluator(Evaluator):
                 + table(rows) + f"\n{counts}; {head}.\n")
         artifacts = {"evidence.md": text}
         if lost:
-            names = ", ".join(f"{r.workload} ({r.versus:.3f}x vs {r.best})" for r in lost)
+            names = ", ".join(f"{r.workload} ({r.versus:.3f}x vs {r.best})" for r in lost[:4])
+            names += f" and {len(lost) - 4} more" if len(lost) > 4 else ""
             return EvalResult(CandidateState.INVALID,
                               f"does not beat the best production baseline on {len(lost)} "
                               f"held-out workload(s) where load matters: {names}", stage,

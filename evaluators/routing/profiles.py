@@ -8,8 +8,8 @@ share prefixes: how many leading blocks every request shares (a system prompt), 
 of requests that continue an earlier prompt, how much of their prompt that earlier prompt
 covers, and how long before it arrived. :func:`generate` draws a workload of those
 figures for a seed, a duration and a rate scale; the profiles derived from the traces in
-``../shared/data/traces/`` are kept in ``profiles/*.json`` beside this module, each naming
-its source and the window it was measured on.
+``../shared/data/traces/`` are kept in ``trace_profiles/*.json`` beside this module, each
+naming its source and the window it was measured on.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 
 from evaluators.routing.workload import Workload
 
-PROFILES = Path(__file__).with_name("profiles")
+PROFILES = Path(__file__).with_name("trace_profiles")
 QUANTILES = tuple(i / 20 for i in range(21))
 
 
