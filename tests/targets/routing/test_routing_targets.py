@@ -61,7 +61,7 @@ SCHEDULERS = sorted((ROOT / "targets/routing/baselines/scheduler").glob("*.py"))
 def test_scheduler_target_loads_with_knobs_inside_the_evolve_block():
     spec = load_target(ROOT / "targets/routing/scheduler", ROOT)
     assert spec.kind == "routing" and spec.noise == "deterministic"
-    assert spec.evaluator["mode"] == "scheduler" and "held_out" in spec.evaluator
+    assert spec.evaluator["mode"] == "scheduler" and "held_out_sweep" in spec.evaluator
     source = (spec.path / "policy.py").read_text()
     (start, end), = evolve_regions(source)
     found = knobs.parse_knobs(source)
