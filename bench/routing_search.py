@@ -181,7 +181,7 @@ def sweep_search(args, settings, mode, router, cfg, slo, metric, minimize) -> in
           f"{study.trials[0].value:.4f}); baselines {base_s:.0f} s, search {search_s:.0f} s")
     if args.json:
         args.json.write_text(json.dumps({
-            "target": str(args.target.relative_to(ROOT)), "trials": args.trials,
+            "target": str(args.target), "trials": args.trials,
             "seed_vs_baselines": study.trials[0].value, "best_vs_baselines": best.value,
             "best_params": best.params, "search_s": round(search_s, 1),
             "rows": [{**{k: getattr(r, k) for k in ("set", "workload", "fleet", "requests",

@@ -510,8 +510,10 @@ class RoutingEvaluator(Evaluator):
                 f"the best baseline ({worst.best})" if worst is not None else "")
         text = ("### Against the best production baseline, per workload\n\n"
                 f"`{rows[0].metric}` of the winner and of the best baseline on each workload "
-                "(best / winner above 1: the winner is better; a tie: every baseline within "
-                "5% of the others, load does not matter there). Training: the objective's "
+                "(winner vs best: the best baseline's value over the winner's where lower "
+                "is better, the winner's over the best's where higher is better; above 1 "
+                "the winner is better; a tie: every baseline within 5% of the others, load "
+                "does not matter there). Training: the objective's "
                 "sweep; held-out: families, windows and loads the search never saw.\n\n"
                 + table(rows) + f"\n{counts}; {head}.\n")
         artifacts = {"evidence.md": text}

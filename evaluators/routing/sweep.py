@@ -94,7 +94,7 @@ def table(rows: Sequence[Row]) -> str:
     m = rows[0].metric
     unit = " (s)" if m.endswith("_s") else ""
     lines = [f"| set | workload | fleet | requests | best baseline | its {m}{unit} | "
-             f"winner's {m}{unit} | best / winner | verdict |",
+             f"winner's {m}{unit} | winner vs best | verdict |",
              "|---|---|---|---|---|---|---|---|---|"]
     for which in ("training", "held-out"):
         mine = [r for r in rows if r.set == which]
