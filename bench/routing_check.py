@@ -47,6 +47,7 @@ def main() -> int:
         cand.mkdir()
         shutil.copyfile(policy, cand / spec.editable[0])
         ev = get(spec.kind)(spec)
+        ev.stop_at_first_loss = False  # the whole table, also for a policy that loses
         with Sandbox(SandboxSettings(timeout_s=600)) as sandbox:
             ctx = EvalContext(sandbox=sandbox, seed=0, scratch=tmp, io_dir=tmp / "io",
                               timeout_s=600)
