@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -182,6 +183,8 @@ def sweep_search(args, settings, mode, router, cfg, slo, metric, minimize) -> in
     if args.json:
         args.json.write_text(json.dumps({
             "target": str(args.target), "trials": args.trials,
+            "date": time.strftime("%Y-%m-%d"),
+            "machine": f"{os.cpu_count()} CPU cores, no GPU, in-process (no sandbox)",
             "seed_vs_baselines": study.trials[0].value, "best_vs_baselines": best.value,
             "best_params": best.params, "search_s": round(search_s, 1),
             "rows": [{**{k: getattr(r, k) for k in ("set", "workload", "fleet", "requests",
