@@ -112,3 +112,36 @@ def test_best_baseline_of_the_nightly_target_costs_under_10_s():
         assert report.metrics["round_robin"]["ttft_p99_s"] > 1.5 * report.best_metrics[
             "ttft_p99_s"]
     assert time.perf_counter() - start < 10.0
+
+
+TRACES = ROOT.parent / "shared" / "data" / "traces"
+
+
+def test_held_out_sets_hold_the_real_traces_at_1_4_8x_on_4_and_8_h200():
+    from evaluators.routing.config import sweep_cases
+
+    settings = load_target(ROOT / "targets/routing/global", ROOT).evaluator
+    train = {c.label for c in sweep_cases(settings, "sweep")}
+    held = sweep_cases(settings, "held_out_sweep")
+    assert not train & {c.label for c in held}
+    real = {c.label for c in held if c.workload.get("kind") == "trace"}
+    for trace in ("mooncake-real", "azure-real"):
+        for n in (4, 8):
+            assert {f"{trace}x{s}@{n}H200" for s in (1, 4, 8)} <= real
+    assert all(c.optional for c in held if c.label in real)
+    # the families the search never sees
+    assert any(c.workload.get("profile") == "azure2023_conversation" for c in held)
+
+
+@pytest.mark.skipif(not TRACES.is_dir(), reason="no ../shared/data/traces (real traces absent)")
+def test_the_real_held_out_windows_are_not_the_profiles_window():
+    from evaluators.routing.config import sweep_cases
+    from evaluators.routing.profiles import load_profile
+
+    settings = load_target(ROOT / "targets/routing/global", ROOT).evaluator
+    for case in sweep_cases(settings, "held_out_sweep"):
+        if case.workload.get("kind") != "trace" or case.missing():
+            continue
+        assert case.workload["start_s"] >= 1800  # the profiles measured seconds 0-1,800
+        assert len(build_workload(case.workload)) > 100
+    assert "window 0-1800 s" in load_profile("mooncake_conversation").source
