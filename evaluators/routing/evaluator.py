@@ -523,13 +523,13 @@ class RoutingEvaluator(Evaluator):
         if lost:
             r = lost[0]
             left = len(self._labels("held_out")) - len(held)
+            more = (f"the check stops at the first loss; {left} held-out workload(s) not run"
+                    if left else f"{len(lost)} held-out loss(es) in all")
             return EvalResult(CandidateState.INVALID,
                               f"does not beat the best production baseline on held-out "
                               f"workload {r.workload} ({r.fleet} fleet): {r.versus:.3f}x "
                               f"{r.best}'s {r.metric}, and the baselines differ by "
-                              f"{r.spread:.0%} there (the check stops at the first loss; "
-                              f"{left} held-out workload(s) not run)", stage,
-                              artifacts=artifacts)
+                              f"{r.spread:.0%} there ({more})", stage, artifacts=artifacts)
         return EvalResult(CandidateState.VALID,
                           f"held-out against the best production baseline: {counts}; {head}",
                           stage, artifacts=artifacts)
