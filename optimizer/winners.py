@@ -64,6 +64,7 @@ class Evidence:
     held_out_gain: float | None = None
     held_out_metrics: Mapping[str, Mapping[str, float]] | None = None  # "seed", "candidate"
     final_check: str = ""  # what the kind's final check said of a program it passed
+    evidence_md: str = ""  # a table the final check wrote (its evidence.md artifact)
     minimised_from: str = ""  # the contender a reduction was made of, and its steps
     reductions: tuple[str, ...] = ()
     minimised: str = ""  # why nothing was removed
@@ -263,7 +264,8 @@ def _confirm(
         if not checked.confirmed:
             return checked
         evidence = _measure_win(r, target, evaluator, ctx, cand_dir, seed_dir, seed, best)
-        return dataclasses.replace(evidence, final_check=checked.final_check)
+        return dataclasses.replace(evidence, final_check=checked.final_check,
+                                   evidence_md=checked.evidence_md)
     finally:
         for d in (cand_dir, seed_dir, ctx.io_dir, ctx.scratch):
             shutil.rmtree(d, ignore_errors=True)
@@ -284,7 +286,10 @@ def _checks_before_confirmation(r: Run, target: TargetSpec, evaluator: Evaluator
     final = evaluator.final_check(cand_dir, ctx)
     if final is not None and not final.ok:
         return Evidence(False, f"final check: {final.reason[:300]}", wrong=True)
-    return Evidence(True, "", final_check=final.reason if final is not None else "")
+    if final is None:
+        return Evidence(True, "")
+    return Evidence(True, "", final_check=final.reason,
+                    evidence_md=str(final.artifacts.get("evidence.md", "")))
 
 
 def _measure_win(
@@ -383,6 +388,7 @@ def _pull_request_lines(r: Run, target: TargetSpec, study: optuna.Study, archive
         + (f"; before publishing, {evidence.final_check}" if evidence.final_check
            else "") + ".",
         *reproduce.pr_lines(r.summary, target.name, best.id),
+        *(["", evidence.evidence_md.rstrip()] if evidence.evidence_md else []),
         "",
         "## Metrics (seed -> candidate)",
     ]

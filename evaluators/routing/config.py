@@ -17,6 +17,22 @@
                                              # outside the policy's process) and on its
                                              # CPU time per decision over a run
     fleet_search = { metric = "ttft_p99_s", max = 2.0 }   # for the min_replicas objective
+    sweep = [                                # the training set: families x rate scales
+      { name = "chat", seed = 1, rate_scales = [0.75, 1.0] },   # merged over `workload`
+      { name = "mooncake", kind = "profile", profile = "mooncake_conversation", seed = 1,
+        duration_s = 300, rate_scales = [2, 3] },
+    ]
+    held_out_sweep = [                       # the held-out set, same form; per entry also
+      { name = "azure", kind = "profile", profile = "azure2023_conversation", seed = 5,
+        duration_s = 300, rate_scales = [4, 8] },
+      { name = "mooncake-real", kind = "trace", optional = true, start_s = 1800,
+        end_s = 2400, path = "../shared/data/traces/mooncake_conversation.jsonl",
+        rate_scales = [1, 4], pools = [{ accelerator = "H200", count = 4 }] },
+    ]                                        # `pools` (another fleet) and `optional` (a
+                                             # trace that may be absent: skipped, said so)
+    compare = "ttft_p99_s"                   # the metric each sweep workload is compared on
+                                             # with its best baseline (objective
+                                             # `vs_baselines`, see evaluators/routing/sweep.py)
     mode   = "router"                        # or "scheduler": policy.py defines the
                                              # schedule/chunk_size/evict hooks
     router = "least_outstanding"             # scheduler mode: the fixed (trusted) router,
@@ -32,18 +48,21 @@ told none of them (evaluators/routing/child.py).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from evaluators.routing.fleet import Fleet, build_fleet
 from evaluators.routing.metrics import Slo
+from evaluators.routing.profiles import generate, load_profile
 from evaluators.routing.sim import SimConfig
 from evaluators.routing.workload import SyntheticSpec, Workload, load_trace, synthetic
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _KEYS = {"workload", "held_out", "check_requests", "pools", "rtt_ms", "sim", "slo",
-         "max_decision_ms", "fleet_search", "mode", "router", "baselines"}
+         "max_decision_ms", "fleet_search", "mode", "router", "baselines", "sweep",
+         "held_out_sweep", "compare"}
+SWEEPS = ("sweep", "held_out_sweep")
 MODES = ("router", "scheduler")
 ROUTERS = PROJECT_ROOT / "targets" / "routing" / "baselines"
 DEFAULT_BASELINES = {"router": "targets/routing/baselines",
@@ -51,6 +70,8 @@ DEFAULT_BASELINES = {"router": "targets/routing/baselines",
 
 
 _TRACE_KEYS = {"kind", "path", "start_s", "end_s", "rate_scale", "regions"}
+_PROFILE_KEYS = {"kind", "profile", "seed", "duration_s", "rate_scale", "regions"}
+_SWEEP_KEYS = {"name", "rate_scales", "pools", "optional"}
 _FLEET_SEARCH_KEYS = {"metric", "max"}
 
 
@@ -77,11 +98,14 @@ def _check_workload(raw: Any, key: str) -> None:
     kind = raw.get("kind", "synthetic")
     if kind == "trace":
         _unknown(raw, _TRACE_KEYS, key)
+    elif kind == "profile":
+        _unknown(raw, _PROFILE_KEYS, key)
     elif kind == "synthetic":
-        _unknown(raw, {f.name for f in fields(SyntheticSpec)} | {"kind", "seed", "regions"},
-                 key)
+        _unknown(raw, {f.name for f in fields(SyntheticSpec)}
+                 | {"kind", "seed", "regions", "rate_scale"}, key)
     else:
-        raise SettingsError(f"must be 'synthetic' or 'trace', not {kind!r}", f"{key}.kind")
+        raise SettingsError(f"must be 'synthetic', 'profile' or 'trace', not {kind!r}",
+                            f"{key}.kind")
 
 
 def check_settings(settings: Mapping[str, Any]) -> None:
@@ -95,6 +119,9 @@ def check_settings(settings: Mapping[str, Any]) -> None:
         held = settings["held_out"]
         _check_workload({**dict(settings.get("workload", {})), **dict(held)}
                         if isinstance(held, Mapping) else held, "held_out")
+    for name in SWEEPS:
+        if name in settings:
+            sweep_cases(settings, name)  # raises SettingsError on a bad entry
     _unknown(settings.get("fleet_search", {}), _FLEET_SEARCH_KEYS, "fleet_search")
     _unknown(settings.get("sim", {}), {f.name for f in fields(SimConfig)}, "sim")
     _unknown(settings.get("slo", {}), {f.name for f in fields(Slo)}, "slo")
@@ -153,7 +180,18 @@ def build_workload(raw: Mapping[str, Any]) -> Workload:
     regions = raw.pop("regions", None)
     if kind == "synthetic":
         seed = int(raw.pop("seed", 0))
-        w = synthetic(_table(SyntheticSpec, raw, "workload"), seed, name=f"synthetic-s{seed}")
+        scale = float(raw.pop("rate_scale", 1.0))
+        spec = _table(SyntheticSpec, raw, "workload")
+        if scale != 1.0:  # more sessions in the same time: each keeps its think times
+            spec = replace(spec, sessions_per_s=spec.sessions_per_s * scale)
+        w = synthetic(spec, seed, name=f"synthetic-s{seed}" + (f"x{scale:g}" if scale != 1.0
+                                                                else ""))
+    elif kind == "profile":
+        profile = load_profile(str(raw.pop("profile", "")))
+        w = generate(profile, int(raw.pop("seed", 0)), float(raw.pop("duration_s", 600.0)),
+                     float(raw.pop("rate_scale", 1.0)))
+        if raw:
+            raise ValueError(f"workload: unknown profile key(s) {sorted(raw)}")
     elif kind == "trace":
         path = Path(str(raw.pop("path", "")))
         path = path if path.is_absolute() else PROJECT_ROOT / path
@@ -172,7 +210,8 @@ def build_workload(raw: Mapping[str, Any]) -> Workload:
         if raw:
             raise ValueError(f"workload: unknown trace key(s) {sorted(raw)}")
     else:
-        raise ValueError(f"workload.kind must be 'synthetic' or 'trace', not {kind!r}")
+        raise ValueError(f"workload.kind must be 'synthetic', 'profile' or 'trace', not "
+                         f"{kind!r}")
     if regions:
         w = w.with_regions(dict(regions), seed=0)
     return w
@@ -195,3 +234,83 @@ def build_sim_config(settings: Mapping[str, Any]) -> SimConfig:
 
 def build_slo(settings: Mapping[str, Any]) -> Slo:
     return _table(Slo, settings.get("slo", {}), "slo")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One workload of a sweep: a family at one rate scale, on the target's fleet or its
+    own (``pools``); ``optional``: a trace that may be absent (then skipped, said so)."""
+
+    label: str
+    workload: dict[str, Any]  # a table for build_workload, rate_scale included
+    pools: list[Any] | None = None
+    optional: bool = False
+
+    @property
+    def fleet_label(self) -> str:
+        if not self.pools:
+            return ""
+        return "+".join(f"{p.get('count', 1)} {p.get('accelerator', 'H200')}"
+                        for p in self.pools)
+
+    def missing(self) -> str:
+        """Why this case cannot run here ("" when it can): an absent optional trace."""
+        if self.workload.get("kind") != "trace":
+            return ""
+        path = Path(str(self.workload.get("path", "")))
+        path = path if path.is_absolute() else PROJECT_ROOT / path
+        return "" if path.is_file() else f"trace {self.workload.get('path')} not found"
+
+
+def sweep_cases(settings: Mapping[str, Any], key: str) -> list[Case]:
+    """The workloads of ``sweep`` or ``held_out_sweep``: each entry's family at each of its
+    ``rate_scales``; a synthetic entry is merged over a synthetic ``workload``."""
+    raw = settings.get(key)
+    if not isinstance(raw, list) or not raw:
+        raise SettingsError("must be a non-empty list of workload tables", key)
+    base = dict(settings.get("workload", {}))
+    cases: list[Case] = []
+    for i, entry in enumerate(raw):
+        where = f"{key}[{i}]"
+        if not isinstance(entry, Mapping):
+            raise SettingsError("must be a table", where)
+        entry = dict(entry)
+        name = str(entry.pop("name", f"w{i}"))
+        scales = entry.pop("rate_scales", [1.0])
+        pools = entry.pop("pools", None)
+        optional = bool(entry.pop("optional", False))
+        kind = entry.get("kind", "synthetic")
+        if kind == "synthetic" and base.get("kind", "synthetic") == "synthetic":
+            entry = {**base, **entry}
+        _check_workload(entry, where)
+        if optional and key == "sweep":
+            raise SettingsError("a training workload cannot be optional (the objective "
+                                "would change with the machine)", f"{where}.optional")
+        if optional and kind != "trace":
+            raise SettingsError("only a trace may be optional", f"{where}.optional")
+        if "rate_scale" in entry:
+            raise SettingsError("use rate_scales (a list) in a sweep", f"{where}.rate_scale")
+        if (not isinstance(scales, list) or not scales
+                or any(isinstance(s, bool) or not isinstance(s, int | float) or s <= 0
+                       for s in scales)):
+            raise SettingsError("must be a non-empty list of positive numbers",
+                                f"{where}.rate_scales")
+        if pools is not None:
+            try:
+                build_fleet(pools, settings.get("rtt_ms"))
+            except (ValueError, TypeError) as exc:
+                raise SettingsError(str(exc), f"{where}.pools") from None
+        for s in scales:
+            case = Case(f"{name}x{float(s):g}", {**entry, "rate_scale": float(s)},
+                        list(pools) if pools is not None else None, optional)
+            if case.pools:
+                case = replace(case, label=f"{case.label}@{case.fleet_label.replace(' ', '')}")
+            if any(c.label == case.label for c in cases):
+                raise SettingsError(f"workload {case.label!r} appears twice", where)
+            cases.append(case)
+    return cases
+
+
+def case_fleet(settings: Mapping[str, Any], case: Case) -> Fleet:
+    return (build_fleet(case.pools, settings.get("rtt_ms")) if case.pools
+            else build_fleet_from(settings))

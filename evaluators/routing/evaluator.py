@@ -23,6 +23,13 @@ Stages:
   ``min_replicas``, or any metric of metrics.compute_metrics).
 - held_out: the same on ``held_out`` (another seed, window or trace).
 
+With ``sweep`` (a training set: workload families x rate scales, evaluators/routing/
+sweep.py) the stages run every workload of the set and the objective ``vs_baselines``
+aggregates the candidate against the best baseline on each; ``held_out_sweep`` is the
+held-out set: ``held_out`` aggregates it the same way, and ``final_check`` (before a pull
+branch) asks the candidate to beat the best baseline on each of its workloads where the
+baselines differ by more than 5%, and writes the table (``evidence.md``) of both sets.
+
 Every run of a program (by the digest of its files) on a workload and fleet size is
 compared with the last one this evaluator made, so repeated measurements check
 determinism too. Both measuring stages also report the best baseline of that workload
@@ -49,27 +56,33 @@ from typing import Any
 from evaluators._base import EvalContext, Evaluator, text_beside
 from evaluators.routing.baselines import BaselineReport, best_baseline, load_policy, runner
 from evaluators.routing.config import (
+    Case,
     SettingsError,
     baselines_dir,
     build_fleet_from,
     build_sim_config,
     build_slo,
     build_workload,
+    case_fleet,
     check_settings,
     held_out_settings,
     mode_of,
     router_path,
+    sweep_cases,
 )
 from evaluators.routing.metrics import compute_metrics, diagnostics
 from evaluators.routing.remote import PolicyStopped, RemoteHooks, RemoteRouter, replay
 from evaluators.routing.sched import HOOKS, DecisionError, Hooks
 from evaluators.routing.sim import SimResult, simulate
+from evaluators.routing.sweep import Row, losses, score, spread, table, worst_row
 from evaluators.routing.workload import Workload
 from optimizer.errors import ConfigError
 from optimizer.records import CandidateState, EvalResult
 
 ENTRY = "evaluators.routing.child:serve_policy"
-_KEEP_RUNS = 8  # runs kept for the determinism check (Mooncake's hour: about 6 MB each)
+_KEEP_RUNS = 32  # runs kept for the determinism check (Mooncake's hour: about 6 MB each)
+MAXIMIZED = ("goodput_rps", "slo_attainment", "throughput_tok_s", "prefix_hit_ratio")
+SETS = {"train": "training", "held_out": "held-out"}
 
 
 @dataclass
@@ -99,6 +112,10 @@ class RoutingEvaluator(Evaluator):
             self.mode = mode_of(self.settings)
             self.router = router_path(self.settings) if self.mode == "scheduler" else None
             self.baselines = baselines_dir(self.settings)
+            self.cases: dict[str, list[Case]] = {
+                which: sweep_cases(self.settings, key)
+                for which, key in (("train", "sweep"), ("held_out", "held_out_sweep"))
+                if key in self.settings}
         except SettingsError as exc:
             raise ConfigError(str(exc), file=where, key=f"evaluator.{exc.key}") from None
         except (ValueError, TypeError) as exc:
@@ -111,6 +128,12 @@ class RoutingEvaluator(Evaluator):
         search = dict(self.settings.get("fleet_search", {}))
         self.search_metric = str(search.get("metric", "ttft_p99_s"))
         self.search_max = float(search.get("max", self.slo.ttft_s))
+        self.compare_metric = str(self.settings.get("compare", "ttft_p99_s"))
+        self._case = {c.label: c for cases in self.cases.values() for c in cases}
+        self._rows: dict[tuple[str, str], Row] = {}  # (program digest, workload) -> row
+        # the final check stops at the first held-out loss (a night tries up to 8 contenders
+        # and their reductions); bench/routing_check.py runs every workload for the table
+        self.stop_at_first_loss = True
         self._workloads: dict[str, Workload] = {}
         self._reports: dict[str, BaselineReport | None] = {}
         self._runs: OrderedDict[tuple[str, str, int], _Run] = OrderedDict()
@@ -118,9 +141,15 @@ class RoutingEvaluator(Evaluator):
     def prompt_text(self) -> str:
         return text_beside(__file__)
 
+    def _fleet_of(self, which: str) -> Any:
+        case = self._case.get(which)
+        return case_fleet(self.settings, case) if case is not None else self.fleet
+
     def _workload(self, which: str) -> Workload:
         if which not in self._workloads:
-            raw = (held_out_settings(self.settings) if which == "held_out"
+            case = self._case.get(which)
+            raw = (dict(case.workload) if case is not None
+                   else held_out_settings(self.settings) if which == "held_out"
                    else dict(self.settings.get("workload", {})))
             assert raw is not None
             self._workloads[which] = build_workload(raw)
@@ -177,7 +206,7 @@ class RoutingEvaluator(Evaluator):
             if bad is not None:
                 return bad, None
             bound_s, deadline_s = self.max_decision_ms / 1e3, ctx.timeout_s
-            fleet = self.fleet.first(size)
+            fleet = self._fleet_of(which).first(size)
             remote: RemoteHooks | RemoteRouter
             if self.mode == "scheduler":
                 remote = RemoteHooks(session, bound_s=bound_s, deadline_s=deadline_s,
@@ -299,21 +328,44 @@ class RoutingEvaluator(Evaluator):
     # -- stages --------------------------------------------------------------------------
     def correctness(self, cand_dir: Path, ctx: EvalContext) -> EvalResult:
         stage = "correctness"
-        bad, run = self._live(cand_dir, ctx, stage, "train", len(self.fleet))
-        if bad is not None or run is None:
-            return bad or EvalResult(CandidateState.FAILED, "the run gave no result", stage)
+        run: _Run | None = None
+        for which in self._labels("train"):
+            bad, run = self._live(cand_dir, ctx, stage, which, len(self._fleet_of(which)))
+            if bad is not None or run is None:
+                bad = bad or EvalResult(CandidateState.FAILED, "the run gave no result", stage)
+                if which != "train":
+                    bad = EvalResult(bad.state, f"on workload {which}: {bad.reason}", stage,
+                                     metrics=bad.metrics)
+                return bad
+        assert run is not None
         return EvalResult(CandidateState.VALID, "", stage, metrics=self._timing(run),
                           artifacts={"decision_times.txt": self._timing_text(run)})
 
-    def _measure(self, cand_dir: Path, ctx: EvalContext, which: str, stage: str) -> EvalResult:
-        workload = self._workload(which)
-        full = self._runs.get((self._digest(cand_dir), which, len(self.fleet)))
+    def _labels(self, which: str) -> list[str]:
+        """The workloads of a set: its sweep's, or the one workload ``which``."""
+        return [c.label for c in self.cases[which]] if which in self.cases else [which]
+
+    def _checked(self, cand_dir: Path, ctx: EvalContext, which: str,
+                 stage: str) -> tuple[EvalResult | None, _Run | None]:
+        """The run of ``which`` on its full fleet: a first session's, or the correctness
+        stage's run with its second session now, or the same result again."""
+        size = len(self._fleet_of(which))
+        full = self._runs.get((self._digest(cand_dir), which, size))
         if full is None:
-            bad, full = self._live(cand_dir, ctx, stage, which, len(self.fleet))
+            bad, full = self._live(cand_dir, ctx, stage, which, size)
         elif not full.checked:  # the correctness stage's run: its second session now
             bad = self._second(cand_dir, ctx, stage, full)
         else:  # two sessions have decided it the same way: the same result again
             bad = None
+        if bad is not None or full is None:
+            return bad or EvalResult(CandidateState.FAILED, "the run gave no result", stage), None
+        return None, full
+
+    def _measure(self, cand_dir: Path, ctx: EvalContext, which: str, stage: str) -> EvalResult:
+        if which in self.cases:
+            return self._measure_sweep(cand_dir, ctx, which, stage)
+        workload = self._workload(which)
+        bad, full = self._checked(cand_dir, ctx, which, stage)
         if bad is not None or full is None:
             return bad or EvalResult(CandidateState.FAILED, "the run gave no result", stage)
         res = full.result
@@ -356,20 +408,148 @@ class RoutingEvaluator(Evaluator):
         )
 
     def _baseline_report(self, which: str, workload: Workload) -> BaselineReport | None:
-        """The best baseline on ``which`` (computed once per evaluator and workload)."""
+        """The best baseline on ``which`` (computed once per evaluator and workload; a
+        sweep's workloads are ranked by ``compare``)."""
         if self.baselines is None:
             return None
         if which not in self._reports:
-            primary = self.target.primary
-            run = runner(self.mode, workload, self.fleet, self.sim_config, self.router)
-            self._reports[which] = best_baseline(self.baselines, run, self.slo,
-                                                 primary.metric, primary.minimize)
+            metric, minimize = self.target.primary.metric, self.target.primary.minimize
+            if which in self._case:
+                metric = self.compare_metric
+                minimize = metric not in MAXIMIZED
+            run = runner(self.mode, workload, self._fleet_of(which), self.sim_config,
+                         self.router)
+            self._reports[which] = best_baseline(self.baselines, run, self.slo, metric,
+                                                 minimize)
         return self._reports[which]
+
+    # -- sweeps: a set of workloads against the best baseline on each ----------------------
+    def _row(self, cand_dir: Path, ctx: EvalContext, which: str, label: str,
+             stage: str) -> tuple[EvalResult | None, Row | None, SimResult | None]:
+        case = self._case[label]
+        fleet = case.fleet_label or "target's"
+        digest = self._digest(cand_dir)
+        if (digest, label) in self._rows:  # measured (and checked) before: the same row
+            return None, self._rows[(digest, label)], None
+        if case.missing():
+            return None, Row(SETS[which], label, fleet, 0, self.compare_metric, True, math.nan,
+                             "-", math.nan, 0.0, missing=case.missing()), None
+        bad, full = self._checked(cand_dir, ctx, label, stage)
+        if bad is not None or full is None:
+            bad = bad or EvalResult(CandidateState.FAILED, "the run gave no result", stage)
+            return EvalResult(bad.state, f"on workload {label}: {bad.reason}", stage,
+                              metrics=bad.metrics), None, None
+        workload = self._workload(label)
+        report = self._baseline_report(label, workload)
+        if report is None:
+            raise ConfigError("a sweep needs baselines to compare with (baselines = '' "
+                              "switches them off)", file=f"{self.target.rel_path}/target.toml",
+                              key="evaluator.baselines")
+        value = compute_metrics(full.result, self.slo)[report.metric]
+        values = [m[report.metric] for m in report.metrics.values()]
+        row = Row(SETS[which], label, fleet, len(workload), report.metric, report.minimize,
+                  value, report.best, report.best_metrics[report.metric],
+                  spread(values, report.minimize))
+        self._rows[(digest, label)] = row
+        return None, row, full.result
+
+    def _measure_sweep(self, cand_dir: Path, ctx: EvalContext, which: str,
+                       stage: str) -> EvalResult:
+        metrics: dict[str, float] = {}
+        artifacts: dict[str, str] = {}
+        rows: list[Row] = []
+        for label in self._labels(which):
+            bad, row, res = self._row(cand_dir, ctx, which, label, stage)
+            if bad is not None or row is None:
+                return bad or EvalResult(CandidateState.FAILED, "no result", stage)
+            rows.append(row)
+            if row.missing:
+                continue
+            metrics[f"{row.metric}/{label}"] = row.candidate
+            metrics[f"vs_best_baseline/{label}"] = row.versus
+            if res is not None and which == "train":
+                artifacts[f"routing_{label}.txt"] = diagnostics(res)
+        ran = [r for r in rows if not r.missing]
+        if not ran:
+            return EvalResult(CandidateState.FAILED, f"no workload of the {SETS[which]} set "
+                              "could run: " + "; ".join(r.missing for r in rows), stage)
+        metrics.update(score([r.versus for r in ran]))
+        artifacts[f"sweep_{which}.md"] = table(rows)
+        objectives = []
+        for obj in self.target.objectives:
+            if obj.metric not in metrics or not math.isfinite(metrics[obj.metric]):
+                return EvalResult(CandidateState.FAILED,
+                                  f"objective metric {obj.metric!r} missing or not finite over "
+                                  f"a sweep; known: {sorted(metrics)}", stage, metrics=metrics)
+            objectives.append(metrics[obj.metric])
+        primary = self.target.primary.metric
+        return EvalResult(CandidateState.VALID, "", stage, metrics=metrics,
+                          objectives=tuple(objectives),
+                          samples={primary: (metrics[primary],)}, artifacts=artifacts)
+
+    def final_check(self, cand_dir: Path, ctx: EvalContext) -> EvalResult | None:
+        """Before a pull branch: the candidate beats the best baseline on every held-out
+        workload where the baselines differ by more than 5%; ``evidence.md`` is the table
+        of both sets (the pull branch's text carries it)."""
+        if "held_out" not in self.cases:
+            return None
+        stage = "final_check"
+        rows: list[Row] = []
+        for which in ("train", "held_out"):
+            for label in self._labels(which):
+                bad, row, _ = self._row(cand_dir, ctx, which, label, stage)
+                if bad is not None or row is None:
+                    return bad or EvalResult(CandidateState.FAILED, "no result", stage)
+                rows.append(row)
+                if losses([row]) and self.stop_at_first_loss:  # one loss decides
+                    break
+        lost = losses(rows)
+        held = [r for r in rows if r.set == "held-out"]
+        counts = (f"{sum(r.verdict == 'win' for r in held)} held-out workloads won, "
+                  f"{sum(r.tie for r in held if not r.missing)} ties, "
+                  f"{sum(bool(r.missing) for r in held)} not run")
+        worst = worst_row(rows)
+        head = (f"worst row: {worst.workload} ({worst.set}, {worst.fleet}) {worst.versus:.3f}x "
+                f"the best baseline ({worst.best})" if worst is not None else "")
+        text = ("### Against the best production baseline, per workload\n\n"
+                f"`{rows[0].metric}` of the winner and of the best baseline on each workload "
+                "(winner vs best: the best baseline's value over the winner's where lower "
+                "is better, the winner's over the best's where higher is better; above 1 "
+                "the winner is better; a tie: every baseline within 5% of the others, load "
+                "does not matter there). Training: the objective's "
+                "sweep; held-out: families, windows and loads the search never saw.\n\n"
+                + table(rows) + f"\n{counts}; {head}.\n")
+        artifacts = {"evidence.md": text}
+        if lost:
+            r = lost[0]
+            left = len(self._labels("held_out")) - len(held)
+            more = (f"the check stops at the first loss; {left} held-out workload(s) not run"
+                    if left else f"{len(lost)} held-out loss(es) in all")
+            return EvalResult(CandidateState.INVALID,
+                              f"does not beat the best production baseline on held-out "
+                              f"workload {r.workload} ({r.fleet} fleet): {r.versus:.3f}x "
+                              f"{r.best}'s {r.metric}, and the baselines differ by "
+                              f"{r.spread:.0%} there ({more})", stage, artifacts=artifacts)
+        return EvalResult(CandidateState.VALID,
+                          f"held-out against the best production baseline: {counts}; {head}",
+                          stage, artifacts=artifacts)
+
+    def confirmation_evaluations(self, repeats: int) -> float:
+        """The held-out set's runs (candidate and seed) and its baselines, in training
+        evaluations (two sessions over the training set)."""
+        if "held_out" not in self.cases:
+            return super().confirmation_evaluations(repeats)
+        train = sum(len(self._workload(label)) for label in self._labels("train"))
+        held = sum(len(self._workload(c.label)) for c in self.cases["held_out"]
+                   if not c.missing())
+        n_base = len(list(self.baselines.glob("*.py"))) if self.baselines else 0
+        # a baseline decides in-process: about a quarter of a session's round trip
+        return 2.0 + (2 * held + 0.25 * n_base * held) / max(2 * train, 1)
 
     def performance(self, cand_dir: Path, ctx: EvalContext) -> EvalResult:
         return self._measure(cand_dir, ctx, "train", "performance")
 
     def held_out(self, cand_dir: Path, ctx: EvalContext) -> EvalResult | None:
-        if "held_out" not in self.settings:
+        if "held_out" not in self.settings and "held_out" not in self.cases:
             return None
         return self._measure(cand_dir, ctx, "held_out", "held_out")

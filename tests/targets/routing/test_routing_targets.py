@@ -61,7 +61,7 @@ SCHEDULERS = sorted((ROOT / "targets/routing/baselines/scheduler").glob("*.py"))
 def test_scheduler_target_loads_with_knobs_inside_the_evolve_block():
     spec = load_target(ROOT / "targets/routing/scheduler", ROOT)
     assert spec.kind == "routing" and spec.noise == "deterministic"
-    assert spec.evaluator["mode"] == "scheduler" and "held_out" in spec.evaluator
+    assert spec.evaluator["mode"] == "scheduler" and "held_out_sweep" in spec.evaluator
     source = (spec.path / "policy.py").read_text()
     (start, end), = evolve_regions(source)
     found = knobs.parse_knobs(source)
@@ -97,15 +97,51 @@ def test_best_baseline_of_the_nightly_target_costs_under_10_s():
     import time
 
     from evaluators.routing.baselines import best_baseline, runner
-    from evaluators.routing.config import build_sim_config, build_slo, held_out_settings
+    from evaluators.routing.config import build_sim_config, build_slo, sweep_cases
 
     settings = load_target(ROOT / "targets/routing/global", ROOT).evaluator
     fleet, cfg = build_fleet_from(settings), build_sim_config(settings)
     start = time.perf_counter()
-    for raw in (settings["workload"], held_out_settings(settings)):
+    for case in sweep_cases(settings, "sweep"):  # the training set, every workload
         report = best_baseline(ROOT / "targets/routing/baselines",
-                               runner("router", build_workload(raw), fleet, cfg),
+                               runner("router", build_workload(case.workload), fleet, cfg),
                                build_slo(settings), "ttft_p99_s", True)
         assert report is not None and len(report.metrics) == len(BASELINES)
-        assert report.best == "llmd_weighted"
+        # load matters here: a cache- and load-aware router is best, far ahead of the rest
+        assert report.best in ("llmd_weighted", "preble", "sglang_cache_aware", "dynamo_kv")
+        assert report.metrics["round_robin"]["ttft_p99_s"] > 1.5 * report.best_metrics[
+            "ttft_p99_s"]
     assert time.perf_counter() - start < 10.0
+
+
+TRACES = ROOT.parent / "shared" / "data" / "traces"
+
+
+def test_held_out_sets_hold_the_real_traces_at_1_4_8x_on_4_and_8_h200():
+    from evaluators.routing.config import sweep_cases
+
+    settings = load_target(ROOT / "targets/routing/global", ROOT).evaluator
+    train = {c.label for c in sweep_cases(settings, "sweep")}
+    held = sweep_cases(settings, "held_out_sweep")
+    assert not train & {c.label for c in held}
+    real = {c.label for c in held if c.workload.get("kind") == "trace"}
+    for trace in ("mooncake-real", "azure-real"):
+        for n in (4, 8):
+            assert {f"{trace}x{s}@{n}H200" for s in (1, 4, 8)} <= real
+    assert all(c.optional for c in held if c.label in real)
+    # the families the search never sees
+    assert any(c.workload.get("profile") == "azure2023_conversation" for c in held)
+
+
+@pytest.mark.skipif(not TRACES.is_dir(), reason="no ../shared/data/traces (real traces absent)")
+def test_the_real_held_out_windows_are_not_the_profiles_window():
+    from evaluators.routing.config import sweep_cases
+    from evaluators.routing.profiles import load_profile
+
+    settings = load_target(ROOT / "targets/routing/global", ROOT).evaluator
+    for case in sweep_cases(settings, "held_out_sweep"):
+        if case.workload.get("kind") != "trace" or case.missing():
+            continue
+        assert case.workload["start_s"] >= 1800  # the profiles measured seconds 0-1,800
+        assert len(build_workload(case.workload)) > 100
+    assert "window 0-1800 s" in load_profile("mooncake_conversation").source

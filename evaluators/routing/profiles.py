@@ -1,0 +1,129 @@
+"""Trace families as figures: a real trace's measured statistics, and a generator that
+draws workloads matching them (the trace itself is not part of the project).
+
+A :class:`TraceProfile` holds what ``bench/routing_trace_profile.py`` measures on a trace:
+its request rate and the burstiness of its arrivals (coefficient of variation of the
+gaps), the prompt and output lengths as 21 quantiles (0, 5, ..., 100%), and how prompts
+share prefixes: how many leading blocks every request shares (a system prompt), the share
+of requests that continue an earlier prompt, how much of their prompt that earlier prompt
+covers, and how long before it arrived. :func:`generate` draws a workload of those
+figures for a seed, a duration and a rate scale; the profiles derived from the traces in
+``../shared/data/traces/`` are kept in ``trace_profiles/*.json`` beside this module, each
+naming its source and the window it was measured on.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from evaluators.routing.workload import Workload
+
+PROFILES = Path(__file__).with_name("trace_profiles")
+QUANTILES = tuple(i / 20 for i in range(21))
+
+
+@dataclass(frozen=True)
+class TraceProfile:
+    name: str
+    source: str  # where the figures come from (trace, release, window)
+    rate_rps: float
+    burst_cv: float
+    input_q: tuple[float, ...]  # prompt tokens at QUANTILES
+    output_q: tuple[float, ...]  # output tokens at QUANTILES
+    block_tokens: int = 512
+    shared_blocks: int = 0  # leading blocks every request shares (a system prompt)
+    follow_share: float = 0.0  # requests that continue an earlier request's prompt
+    follow_frac_q: tuple[float, ...] = ()  # their shared blocks / their blocks, at QUANTILES
+    follow_gap_q: tuple[float, ...] = ()  # seconds since that earlier request, at QUANTILES
+
+    def __post_init__(self) -> None:
+        for col in ("input_q", "output_q"):
+            if len(getattr(self, col)) != len(QUANTILES):
+                raise ValueError(f"profile {self.name!r}: {col} needs {len(QUANTILES)} values")
+        if self.follow_share > 0 and (len(self.follow_frac_q) != len(QUANTILES)
+                                      or len(self.follow_gap_q) != len(QUANTILES)):
+            raise ValueError(f"profile {self.name!r}: follow_share > 0 needs follow_frac_q "
+                             f"and follow_gap_q ({len(QUANTILES)} values each)")
+
+    def to_json(self) -> str:
+        return json.dumps({f.name: getattr(self, f.name) for f in fields(self)}, indent=1) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> TraceProfile:
+        raw = json.loads(text)
+        known = {f.name for f in fields(cls)}
+        extra = sorted(set(raw) - known)
+        if extra:
+            raise ValueError(f"unknown profile key(s) {extra}; allowed {sorted(known)}")
+        for k in ("input_q", "output_q", "follow_frac_q", "follow_gap_q"):
+            if k in raw:
+                raw[k] = tuple(float(v) for v in raw[k])
+        return cls(**raw)
+
+
+def load_profile(name: str) -> TraceProfile:
+    path = PROFILES / f"{name}.json"
+    if not path.is_file():
+        known = sorted(p.stem for p in PROFILES.glob("*.json"))
+        raise ValueError(f"profile {name!r}: no such profile; known {known}")
+    return TraceProfile.from_json(path.read_text())
+
+
+def _draw(rng: np.random.Generator, q: tuple[float, ...], n: int) -> np.ndarray:
+    """Inverse-CDF draws, linear between the quantiles."""
+    return np.interp(rng.random(n), QUANTILES, q)
+
+
+def generate(profile: TraceProfile, seed: int, duration_s: float, rate_scale: float = 1.0,
+             name: str | None = None) -> Workload:
+    """A workload of ``profile``'s figures: ``duration_s`` seconds at ``rate_scale`` times
+    its rate; the same seed gives the same requests."""
+    if rate_scale <= 0 or duration_s <= 0:
+        raise ValueError("duration_s and rate_scale must be positive")
+    rng = np.random.default_rng(seed)
+    rate = profile.rate_rps * rate_scale
+    shape = 1.0 / max(profile.burst_cv, 1e-3) ** 2
+    n_guess = int(duration_s * rate * 1.5) + 16
+    arrival = np.cumsum(rng.gamma(shape, 1.0 / (rate * shape), n_guess))
+    arrival = arrival[arrival < duration_s]
+    n = len(arrival)
+    bt = profile.block_tokens
+    prompts = np.maximum(1, _draw(rng, profile.input_q, n).astype(int))
+    outputs = np.maximum(1, _draw(rng, profile.output_q, n).astype(int))
+    follow = rng.random(n) < profile.follow_share
+    fracs = _draw(rng, profile.follow_frac_q, n) if profile.follow_share > 0 else np.zeros(n)
+    # an earlier prompt seen this long ago at the scaled rate: gaps shrink with the load
+    gaps = (_draw(rng, profile.follow_gap_q, n) / rate_scale if profile.follow_share > 0
+            else np.zeros(n))
+    shared = tuple(range(profile.shared_blocks))
+    next_id = profile.shared_blocks
+    blocks: list[tuple[int, ...]] = []
+    session: list[int] = []
+    times = arrival.tolist()
+    for i in range(n):
+        full = int(prompts[i]) // bt
+        prefix: tuple[int, ...] = shared[:full]
+        sid = i
+        if follow[i] and i > 0:
+            # the latest request at least the drawn gap ago (the first one early in a run)
+            j = max(0, bisect.bisect_right(times, times[i] - gaps[i], 0, i) - 1)
+            if len(blocks[j]) > profile.shared_blocks:
+                k = min(len(blocks[j]), max(profile.shared_blocks + 1,
+                                            int(round(fracs[i] * full))))
+                if k > len(prefix):
+                    prefix, sid = blocks[j][:k], session[j]
+                    full = max(full, k)
+                    prompts[i] = max(int(prompts[i]), k * bt)
+        fresh = full - len(prefix)
+        blocks.append(prefix + tuple(range(next_id, next_id + fresh)))
+        next_id += fresh
+        session.append(sid)
+    label = name or f"{profile.name}-s{seed}x{rate_scale:g}"
+    return Workload(name=label, arrival=tuple(times), prompt=tuple(int(p) for p in prompts),
+                    output=tuple(int(o) for o in outputs), blocks=tuple(blocks),
+                    session=tuple(session), region=("local",) * n, block_tokens=bt)
