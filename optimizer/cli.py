@@ -1,6 +1,6 @@
 """The ``optimizer`` command line.
 
-    optimizer run EXPERIMENT.toml [--set KEY=VALUE ...] [--resume] [--proposer ...]
+    optimizer run [EXPERIMENT.toml | --target PATH ...] [--set KEY=VALUE ...] [--resume] ...
     optimizer worker EXPERIMENT.toml [--storage URL] [--tracking-uri URI] [--remote NAME]
     optimizer evaluate TARGET [FILES ...] [--json]
     optimizer status [-e EXPERIMENT.toml] [--json]
@@ -57,7 +57,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run an experiment (the nightly job)")
-    run.add_argument("experiment", type=Path)
+    run.add_argument("experiment", type=Path, nargs="?", default=None,
+                     help=f"experiment file (default {DEFAULT_EXPERIMENT}; none with --target)")
+    run.add_argument("--target", dest="targets", action="append", default=[], type=Path,
+                     metavar="PATH", help="a target folder to run a night on without an "
+                     "experiment file (repeatable; every setting at its default, --set "
+                     "changes any)")
     run.add_argument(
         "--set",
         dest="overrides",
@@ -120,6 +125,23 @@ def _parser() -> argparse.ArgumentParser:
     )
     ev.set_defaults(func=cmd_evaluate)
 
+    it = sub.add_parser("init", help="make a target from code in this repository")
+    it.add_argument("kind", choices=["function", "kernel", "routing"])
+    it.add_argument("source", help="FILE.py::NAME, the definition the target optimises in "
+                    "place, e.g. serving/sampling/penalty.py::apply_repetition_penalty")
+    it.add_argument("--name", help="the target's name (default: the definition's)")
+    it.add_argument("--dest", type=Path, help="the target's folder (default targets/NAME)")
+    it.add_argument("--arg", dest="args", action="append", default=[], metavar="SPEC",
+                    help="function: one parameter's domain, in order: 'x: float32[N] in "
+                    "-1.0..1.0', 'k: int in 1..8', 'p: float in 0.0..1.0', 'flag: bool'")
+    it.add_argument("--dim", dest="dims", action="append", default=[], metavar="NAME=LO..HI",
+                    help="function: a size's range (fuzzed over it, timed at LO..HI's HI)")
+    it.add_argument("--rtol", type=float, default=1e-5, help="function: relative tolerance")
+    it.add_argument("--atol", type=float, default=1e-6, help="function: absolute tolerance")
+    it.add_argument("--shape", dest="shapes", action="append", default=[], metavar="SPEC",
+                    help="kernel: a workload, e.g. 'x: float32[6, 100]; eps=1e-6' (repeatable)")
+    it.set_defaults(func=cmd_init)
+
     for name, func, help_ in (
         ("status", cmd_status, "counts of candidates, branches and runs"),
         ("report", cmd_report, "markdown report with plots"),
@@ -156,7 +178,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from optimizer.config import load_experiment
 
     overrides = list(args.overrides)
     if args.minutes is not None:
@@ -169,7 +190,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides.append(f"proposer.llm.base_url={json.dumps(args.llm_base_url)}")
     if args.llm_model:
         overrides.append(f"proposer.llm.model={json.dumps(args.llm_model)}")
-    config = load_experiment(args.experiment, overrides, workspace=_workspace_of(args.experiment))
+    config = _run_config(args, overrides)
+    refuse_uncommitted(config)
     from optimizer.loop import run
 
     summary = run(config, resume=args.resume, say=_progress_printer(sys.stdout))
@@ -178,6 +200,46 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         print(_summary_table(summary))
     return 0
+
+
+def _run_config(args: argparse.Namespace, overrides: list[str]) -> ExperimentConfig:
+    """The experiment file's configuration, or one made for ``--target`` folders."""
+    from optimizer.config import experiment_for_targets, load_experiment
+
+    if args.targets and args.experiment is not None:
+        raise ConfigError("give an experiment file or --target folders, not both")
+    if args.targets:
+        for folder in args.targets:
+            if not (folder / "target.toml").is_file():
+                raise ConfigError(f"--target {folder}: no target.toml there; a target is a "
+                                  "folder with target.toml (`optimizer init` makes one)")
+        workspace = _repository_of(args.targets[0].resolve())
+        return experiment_for_targets(args.targets, workspace, overrides)
+    experiment = args.experiment or DEFAULT_EXPERIMENT
+    if args.experiment is None and not experiment.exists():
+        raise ConfigError(f"no experiment file given and no {DEFAULT_EXPERIMENT} here; run "
+                          "`optimizer run --target PATH` on a target folder, or give an "
+                          "experiment file")
+    return load_experiment(experiment, overrides, workspace=_workspace_of(experiment))
+
+
+def refuse_uncommitted(config: ExperimentConfig) -> None:
+    """A night builds every candidate on the base commit: an editable file with changes
+    git has not committed would be reverted by the candidates and pull branches, so it is
+    an error before anything is written."""
+    from optimizer.targets import find_repo_root, uncommitted
+
+    for entry in config.targets:
+        spec = entry.spec
+        root = spec.repo_root or find_repo_root(spec.path)
+        if root is None:
+            continue
+        dirty = uncommitted(root, [spec.path / rel for rel in spec.editable])
+        if dirty:
+            raise ConfigError(
+                f"target '{spec.name}': editable file(s) with uncommitted changes: "
+                f"{', '.join(dirty)}; commit them (git add ... && git commit) or stash them "
+                "first: candidates and pull branches are built on the last commit")
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -264,6 +326,30 @@ def _summary_table(summary: object) -> str:
     if oh:
         lines.append(f"engine overhead per candidate: median {oh[len(oh) // 2]:.0f} ms")
     return "\n".join(lines)
+
+
+# -- init -------------------------------------------------------------------------------
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from optimizer import scaffold
+
+    cwd = Path.cwd()
+    if args.kind == "function":
+        folder = scaffold.init_function(args.source, cwd=cwd, args=args.args, dims=args.dims,
+                                        name=args.name, dest=args.dest, rtol=args.rtol,
+                                        atol=args.atol)
+    elif args.kind == "kernel":
+        folder = scaffold.init_kernel(args.source, cwd=cwd, shapes=args.shapes,
+                                      name=args.name, dest=args.dest)
+    else:
+        folder = scaffold.init_routing(args.source, cwd=cwd, name=args.name, dest=args.dest)
+    shown = os.path.relpath(folder, cwd)
+    print(f"wrote {shown}/ ({', '.join(sorted(p.name for p in folder.iterdir()))})")
+    print(f"next: optimizer evaluate {shown}    (the seed should be VALID)")
+    print(f"then: git add {shown} && git commit -m 'optimizer target' && "
+          f"optimizer run --target {shown}")
+    return 0
 
 
 # -- evaluate ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@ winner confirmation (``compare`` or ``held_out``, as the kind says).
 from __future__ import annotations
 
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -94,7 +95,16 @@ class Workbench:
         self._n += 1
         folder = self.root / "worktrees" / (name or f"candidate-{self._n}")
         shutil.rmtree(folder, ignore_errors=True)
-        shutil.copytree(self.target.path, folder, ignore=shutil.ignore_patterns("__pycache__"))
+        if self.target.outside and self.target.repo_root is not None:
+            # editable files elsewhere in the repository: a copy of the repository (its
+            # tracked and not ignored files), as a night's candidate has it
+            top = folder
+            folder = top / self.target.path.relative_to(self.target.repo_root)
+            copy_repository(self.target.repo_root, top)
+            folder.mkdir(parents=True, exist_ok=True)
+        else:
+            shutil.copytree(self.target.path, folder,
+                            ignore=shutil.ignore_patterns("__pycache__"))
         for rel, text in (files or {}).items():
             if rel not in self.target.editable:
                 raise ValueError(f"{rel} is not an editable file of {self.target.name}")
@@ -160,9 +170,26 @@ class Workbench:
         finally:
             self.last_log = recorder.log()
             self._clean(cand, ctx)
-            shutil.rmtree(base, ignore_errors=True)
+            self._clean(base, ctx)
 
-    @staticmethod
-    def _clean(folder: Path, ctx: Any) -> None:
-        for d in (folder, ctx.io_dir, ctx.scratch):
+    def _clean(self, folder: Path, ctx: Any) -> None:
+        top = folder
+        worktrees = self.root / "worktrees"
+        if folder.is_relative_to(worktrees) and folder != worktrees:
+            top = worktrees / folder.relative_to(worktrees).parts[0]  # a repository copy
+        for d in (top, ctx.io_dir, ctx.scratch):
             shutil.rmtree(d, ignore_errors=True)
+
+
+def copy_repository(root: Path, dest: Path) -> None:
+    """Copy the files of the repository at ``root`` that git tracks or does not ignore."""
+    out = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True, check=True).stdout.decode()
+    for rel in sorted(set(filter(None, out.split("\0")))):
+        src = root / rel
+        if not src.is_file() or "__pycache__" in Path(rel).parts:
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, target)

@@ -86,3 +86,14 @@ def test_imported_problem_is_validated_like_a_built_in_target(
 def test_missing_problem_file_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["import-kernelbench", str(tmp_path / "nope.py")]) == 2
     assert "no such KernelBench problem file" in capsys.readouterr().err
+
+
+def test_a_problem_file_with_a_byte_order_mark_imports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Editors on Windows save UTF-8 with a byte-order mark: it is dropped, not a traceback."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "19_ReLU.py").write_bytes(b"\xef\xbb\xbf" + textwrap.dedent(PROBLEM).encode())
+    assert main(["import-kernelbench", "19_ReLU.py"]) == 0, capsys.readouterr().err
+    reference = (tmp_path / "targets/kernels/19_relu/reference.py").read_bytes()
+    assert not reference.startswith(b"\xef\xbb\xbf")
