@@ -36,6 +36,7 @@ from evaluators._base import EvalContext, Evaluator
 from optimizer import knobs, search, sharing
 from optimizer import slots as slot_plan
 from optimizer.accounting import Ledger, Prices
+from optimizer.advice import dry_run_advice
 from optimizer.archive import Archive
 from optimizer.budget import Budget, StopOnSigint
 from optimizer.config import ExperimentConfig, TargetEntry
@@ -923,6 +924,9 @@ def _duplicate_streak(lane: Lane, evaluated: bool) -> bool:
     lane.dup_streak = 0 if evaluated else lane.dup_streak + 1
     if lane.dup_streak >= MAX_DUPLICATES_IN_A_ROW:
         lane.out.note = f"stopped early: {lane.dup_streak} duplicate proposals in a row"
+        seed = lane.archive.seed
+        lane.out.note += dry_run_advice(lane.target, seed.files if seed else {},
+                                        [e.proposer for e in lane.archive.entries])
         return True
     return False
 

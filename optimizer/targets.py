@@ -264,10 +264,10 @@ def load_target(
         raise ConfigError("must be a table", file=shown, key="evaluator")
     for rel, names in symbols.items():
         source = (folder / rel).read_bytes().decode("utf-8-sig")
-        for name in names:
-            why = symbol_error(source, name)
+        for symbol in names:
+            why = symbol_error(source, symbol)
             if why:
-                raise ConfigError(f"editable '{rel}::{name}': {why}", file=shown,
+                raise ConfigError(f"editable '{rel}::{symbol}': {why}", file=shown,
                                   key="editable")
     try:
         rel_path = str(folder.resolve().relative_to(workspace.resolve()))

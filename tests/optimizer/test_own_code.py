@@ -36,6 +36,7 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_a_target_names_a_definition_in_a_file_elsewhere(repo: Path) -> None:
     folder = add_penalty_target(repo)
     spec = load_target(folder, repo)
+    assert spec.name == "penalty"
     assert spec.editable == (EDITABLE,)
     assert spec.symbols == {EDITABLE: ("apply_repetition_penalty",)}
     assert spec.outside == (EDITABLE,)
