@@ -7,6 +7,8 @@
     optimizer report [-e EXPERIMENT.toml]
     optimizer branches [-e EXPERIMENT.toml] [--prune]
     optimizer ui [-e EXPERIMENT.toml] [--port 5000]
+    optimizer init function|kernel|routing FILE.py::NAME [--arg SPEC --dim N=LO..HI | --shape SPEC]
+    optimizer publish [--remote NAME] [--experiment NAME] [--base BRANCH] [--open]
     optimizer import-kernelbench FILE [--dest DIR] [--name NAME]   (from the kernel kind)
 
 Exit codes: 0 success, 1 the command ran but found a failure (e.g. an invalid candidate
@@ -141,6 +143,16 @@ def _parser() -> argparse.ArgumentParser:
     it.add_argument("--shape", dest="shapes", action="append", default=[], metavar="SPEC",
                     help="kernel: a workload, e.g. 'x: float32[6, 100]; eps=1e-6' (repeatable)")
     it.set_defaults(func=cmd_init)
+
+    pb = sub.add_parser("publish", help="push the night's pull branches for review and "
+                        "write their pull-request bodies")
+    pb.add_argument("--remote", default="origin", help="git remote to push to (default origin)")
+    pb.add_argument("--experiment", help="only this experiment's pull branches (default all)")
+    pb.add_argument("--base", help="the branch the pull requests merge into (default: the "
+                    "forge's default branch)")
+    pb.add_argument("--open", action="store_true",
+                    help="open the pull requests with gh or glab (whichever is on PATH)")
+    pb.set_defaults(func=cmd_publish)
 
     for name, func, help_ in (
         ("status", cmd_status, "counts of candidates, branches and runs"),
@@ -350,6 +362,29 @@ def cmd_init(args: argparse.Namespace) -> int:
     print(f"then: git add {shown} && git commit -m 'optimizer target' && "
           f"optimizer run --target {shown}")
     return 0
+
+
+# -- publish ----------------------------------------------------------------------------
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from optimizer.publish import publish, shown
+
+    repo = _repository_of(Path.cwd().resolve())
+    prs = publish(repo, remote=args.remote, reports=repo / ".optimizer" / "reports",
+                  experiment=args.experiment, base=args.base)
+    failed = 0
+    for pr in prs:
+        print(f"pushed {pr.branch} to {args.remote}: {pr.title}")
+        print(f"  pull-request body: {os.path.relpath(pr.body_file, Path.cwd())}")
+        if not pr.command:
+            print("  open a pull request from that branch on your forge (no gh or glab here)")
+            continue
+        print(f"  open it: {shown(pr.command, pr.body_file)}")
+        if args.open:
+            done = subprocess.run(list(pr.command), cwd=repo)
+            failed += done.returncode != 0
+    return 1 if failed else 0
 
 
 # -- evaluate ---------------------------------------------------------------------------
