@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import posixpath
+import shutil
 import subprocess
 import tomllib
 from collections.abc import Mapping
@@ -304,6 +305,40 @@ def candidate_root_env(target: TargetSpec) -> dict[str, str]:
     if not target.outside or target.repo_root is None:
         return {}
     return {"OPTIMIZER_CANDIDATE_ROOT": target.root_from_folder()}
+
+
+def materialize(target: TargetSpec, files: Mapping[str, str], dest: Path) -> Path:
+    """A private copy of ``target``'s folder at ``dest`` with ``files`` (editable name ->
+    source) in place; returns the folder to evaluate. A target whose editable files lie
+    elsewhere in the repository gets a copy of the repository at ``dest`` (its tracked and
+    not ignored files) and the target folder inside it, as a night's candidate has it.
+    Deleting ``dest`` deletes everything."""
+    shutil.rmtree(dest, ignore_errors=True)
+    if target.outside and target.repo_root is not None:
+        copy_repository(target.repo_root, dest)
+        folder = dest / target.path.relative_to(target.repo_root)
+        folder.mkdir(parents=True, exist_ok=True)
+    else:
+        shutil.copytree(target.path, dest, ignore=shutil.ignore_patterns("__pycache__"))
+        folder = dest
+    for rel, text in files.items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(text)
+    return folder
+
+
+def copy_repository(root: Path, dest: Path) -> None:
+    """Copy the files of the repository at ``root`` that git tracks or does not ignore."""
+    out = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True, check=True).stdout.decode()
+    for rel in sorted(set(filter(None, out.split("\0")))):
+        src = root / rel
+        if not src.is_file() or "__pycache__" in Path(rel).parts:
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, target)
 
 
 def find_repo_root(folder: Path) -> Path | None:

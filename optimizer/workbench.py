@@ -14,7 +14,6 @@ winner confirmation (``compare`` or ``held_out``, as the kind says).
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,7 +32,7 @@ from optimizer.evaluation import (
 )
 from optimizer.records import EvalResult
 from optimizer.sandbox import Sandbox
-from optimizer.targets import TargetSpec
+from optimizer.targets import TargetSpec, materialize
 
 
 class Workbench:
@@ -93,23 +92,12 @@ class Workbench:
     def folder(self, files: Mapping[str, str] | None = None, name: str = "") -> Path:
         """A copy of the target folder with ``files`` (editable name -> source) in place."""
         self._n += 1
-        folder = self.root / "worktrees" / (name or f"candidate-{self._n}")
-        shutil.rmtree(folder, ignore_errors=True)
-        if self.target.outside and self.target.repo_root is not None:
-            # editable files elsewhere in the repository: a copy of the repository (its
-            # tracked and not ignored files), as a night's candidate has it
-            top = folder
-            folder = top / self.target.path.relative_to(self.target.repo_root)
-            copy_repository(self.target.repo_root, top)
-            folder.mkdir(parents=True, exist_ok=True)
-        else:
-            shutil.copytree(self.target.path, folder,
-                            ignore=shutil.ignore_patterns("__pycache__"))
-        for rel, text in (files or {}).items():
+        for rel in files or {}:
             if rel not in self.target.editable:
                 raise ValueError(f"{rel} is not an editable file of {self.target.name}")
-            (folder / rel).write_text(text)
-        return folder
+        # editable files elsewhere in the repository: a copy of the repository around it
+        return materialize(self.target, files or {},
+                           self.root / "worktrees" / (name or f"candidate-{self._n}"))
 
     def _warm_up(self) -> None:
         """Start the warm sandbox before the first evaluation's clock, as a night has it
@@ -180,16 +168,3 @@ class Workbench:
         for d in (top, ctx.io_dir, ctx.scratch):
             shutil.rmtree(d, ignore_errors=True)
 
-
-def copy_repository(root: Path, dest: Path) -> None:
-    """Copy the files of the repository at ``root`` that git tracks or does not ignore."""
-    out = subprocess.run(
-        ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        capture_output=True, check=True).stdout.decode()
-    for rel in sorted(set(filter(None, out.split("\0")))):
-        src = root / rel
-        if not src.is_file() or "__pycache__" in Path(rel).parts:
-            continue
-        target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, target)
