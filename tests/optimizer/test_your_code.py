@@ -85,14 +85,17 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return venv / "bin"
 
 
-def _env() -> dict[str, str]:
+def _env(tmpdir: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYTEST"))}
     env["GIT_CONFIG_NOSYSTEM"] = "1"
+    if tmpdir is not None:
+        env["TMPDIR"] = str(tmpdir)
     return env
 
 
-def _optimizer(bin_dir: Path, repo: Path, *args: str, timeout: float = 600) -> str:
-    proc = subprocess.run([str(bin_dir / "optimizer"), *args], cwd=repo, env=_env(),
+def _optimizer(bin_dir: Path, repo: Path, *args: str, timeout: float = 600,
+               tmpdir: Path | None = None) -> str:
+    proc = subprocess.run([str(bin_dir / "optimizer"), *args], cwd=repo, env=_env(tmpdir),
                           capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"optimizer {' '.join(args)}:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
@@ -135,11 +138,15 @@ def test_the_walk_from_pip_install_to_a_merged_pull_branch(
     commit_all(user_repo, "optimizer target")
     answer = ("SUMMARY: vectorise the penalty with a boolean mask\n"
               "File: serving/sampling/penalty.py\n```python\n" + vectorised_penalty() + "```\n")
+    scratch = tmp_path / "tmp"  # the night's temporary folders, to see nothing escapes them
+    scratch.mkdir()
     with fake.FakeOpenAIServer([fake.Reply(answer) for _ in range(200)]) as server:
         out = _optimizer(installed, user_repo, "run", "--target", "targets/penalty",
                          "--minutes", "5", "--proposer", "llm",
-                         "--llm-base-url", server.base_url, "--llm-model", "local", "--json")
+                         "--llm-base-url", server.base_url, "--llm-model", "local", "--json",
+                         tmpdir=scratch)
     assert server.requests, "the night never asked the server"
+    assert not (scratch / "serving").exists()  # the MLflow upload of source/ stayed inside
     summary = json.loads(out[out.index("{\n"):])
     winner = summary["targets"][0]["winner"]
     assert winner, out
