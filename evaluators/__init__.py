@@ -39,6 +39,7 @@ _BUILTIN: dict[str, str] = {
 }
 _BUILTIN_COMMANDS: dict[str, str] = {
     "import-kernelbench": "evaluators.kernels.kernelbench:COMMAND",
+    "init": "evaluators.scaffold:COMMAND",
 }
 _REGISTERED: dict[str, type[Evaluator]] = {}
 

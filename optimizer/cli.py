@@ -7,7 +7,7 @@
     optimizer report [-e EXPERIMENT.toml]
     optimizer branches [-e EXPERIMENT.toml] [--prune]
     optimizer ui [-e EXPERIMENT.toml] [--port 5000]
-    optimizer init function|kernel|routing FILE.py::NAME [--arg SPEC --dim N=LO..HI | --shape SPEC]
+    optimizer init KIND FILE.py::NAME [...]   (a target from existing code; kinds add it)
     optimizer publish [--remote NAME] [--experiment NAME] [--base BRANCH] [--open]
     optimizer import-kernelbench FILE [--dest DIR] [--name NAME]   (from the kernel kind)
 
@@ -126,23 +126,6 @@ def _parser() -> argparse.ArgumentParser:
         "or the sandbox's, e.g. sandbox.memory_mb=2048",
     )
     ev.set_defaults(func=cmd_evaluate)
-
-    it = sub.add_parser("init", help="make a target from code in this repository")
-    it.add_argument("kind", choices=["function", "kernel", "routing"])
-    it.add_argument("source", help="FILE.py::NAME, the definition the target optimises in "
-                    "place, e.g. serving/sampling/penalty.py::apply_repetition_penalty")
-    it.add_argument("--name", help="the target's name (default: the definition's)")
-    it.add_argument("--dest", type=Path, help="the target's folder (default targets/NAME)")
-    it.add_argument("--arg", dest="args", action="append", default=[], metavar="SPEC",
-                    help="function: one parameter's domain, in order: 'x: float32[N] in "
-                    "-1.0..1.0', 'k: int in 1..8', 'p: float in 0.0..1.0', 'flag: bool'")
-    it.add_argument("--dim", dest="dims", action="append", default=[], metavar="NAME=LO..HI",
-                    help="function: a size's range (fuzzed over it, timed at LO..HI's HI)")
-    it.add_argument("--rtol", type=float, default=1e-5, help="function: relative tolerance")
-    it.add_argument("--atol", type=float, default=1e-6, help="function: absolute tolerance")
-    it.add_argument("--shape", dest="shapes", action="append", default=[], metavar="SPEC",
-                    help="kernel: a workload, e.g. 'x: float32[6, 100]; eps=1e-6' (repeatable)")
-    it.set_defaults(func=cmd_init)
 
     pb = sub.add_parser("publish", help="push the night's pull branches for review and "
                         "write their pull-request bodies")
@@ -338,30 +321,6 @@ def _summary_table(summary: object) -> str:
     if oh:
         lines.append(f"engine overhead per candidate: median {oh[len(oh) // 2]:.0f} ms")
     return "\n".join(lines)
-
-
-# -- init -------------------------------------------------------------------------------
-
-
-def cmd_init(args: argparse.Namespace) -> int:
-    from optimizer import scaffold
-
-    cwd = Path.cwd()
-    if args.kind == "function":
-        folder = scaffold.init_function(args.source, cwd=cwd, args=args.args, dims=args.dims,
-                                        name=args.name, dest=args.dest, rtol=args.rtol,
-                                        atol=args.atol)
-    elif args.kind == "kernel":
-        folder = scaffold.init_kernel(args.source, cwd=cwd, shapes=args.shapes,
-                                      name=args.name, dest=args.dest)
-    else:
-        folder = scaffold.init_routing(args.source, cwd=cwd, name=args.name, dest=args.dest)
-    shown = os.path.relpath(folder, cwd)
-    print(f"wrote {shown}/ ({', '.join(sorted(p.name for p in folder.iterdir()))})")
-    print(f"next: optimizer evaluate {shown}    (the seed should be VALID)")
-    print(f"then: git add {shown} && git commit -m 'optimizer target' && "
-          f"optimizer run --target {shown}")
-    return 0
 
 
 # -- publish ----------------------------------------------------------------------------

@@ -8,10 +8,59 @@ from pathlib import Path
 
 import pytest
 
+from evaluators.scaffold import parse_arg, parse_dims
 from optimizer.cli import main
 from optimizer.errors import ConfigError
-from optimizer.scaffold import parse_arg, parse_dims
-from optimizer.testing.own_repo import add_router_and_kernel, make_serving_repo, vectorised_penalty
+from optimizer.testing.own_repo import commit_all, make_serving_repo, vectorised_penalty
+
+ROUTER = '''"""Our router: the replica with the fewest outstanding requests."""
+
+
+def route(request, view):
+    best = 0
+    for i in range(view.n):
+        if view.outstanding[i] < view.outstanding[best]:
+            best = i
+    return best
+'''
+
+# a Triton kernel of the user's model code, with its launcher
+SCALE_KERNEL = '''"""y = x * alpha, elementwise."""
+import torch
+import triton
+import triton.language as tl
+
+BLOCK = 128
+
+
+@triton.jit
+def _scale_kernel(x_ptr, y_ptr, n, alpha, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, x * alpha, mask=mask)
+
+
+def scale(x, alpha):
+    """Multiply every element of x by alpha."""
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    n = x.numel()
+    _scale_kernel[(triton.cdiv(n, BLOCK),)](x, y, n, alpha, BLOCK=BLOCK)
+    return y
+'''
+
+
+def add_router_and_kernel(repo: Path) -> None:
+    """``router/policy.py`` and ``model/kernels/scale.py`` in ``repo``, committed."""
+    (repo / "router").mkdir()
+    (repo / "router" / "policy.py").write_text(ROUTER)
+    (repo / "model" / "kernels").mkdir(parents=True)
+    (repo / "model" / "__init__.py").write_text("")
+    (repo / "model" / "kernels" / "__init__.py").write_text("")
+    (repo / "model" / "kernels" / "scale.py").write_text(SCALE_KERNEL)
+    commit_all(repo, "router and kernel")
+
 
 SOURCE = "serving/sampling/penalty.py::apply_repetition_penalty"
 DOMAIN = ["--arg", "logits: float32[B, V]", "--arg", "token_ids: int64[B, T] in -1..V",

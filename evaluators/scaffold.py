@@ -1,4 +1,5 @@
-"""``optimizer init``: a target made from code that already exists in the user's repository.
+"""``optimizer init``: a target made from code that already exists in the user's repository
+(a subcommand the built-in kinds contribute: function, kernel and routing).
 
     optimizer init function serving/sampling/penalty.py::apply_repetition_penalty \\
         --arg "logits: float32[B, V]" --arg "token_ids: int64[B, 32] in -1..V" \\
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evaluators._base import Command
 from optimizer.errors import ConfigError
 from optimizer.targets import find_repo_root, symbol_span
 
@@ -698,3 +700,51 @@ class ModelNew(nn.Module):
     def forward(self, *tensors):
         return _call(_launch, tensors, self.scalars)
 '''
+
+
+# -- the subcommand ---------------------------------------------------------------------
+
+
+def _arguments(it: Any) -> None:
+    it.add_argument("kind", choices=["function", "kernel", "routing"])
+    it.add_argument("source", help="FILE.py::NAME, the definition the target optimises in "
+                    "place, e.g. serving/sampling/penalty.py::apply_repetition_penalty")
+    it.add_argument("--name", help="the target's name (default: the definition's)")
+    it.add_argument("--dest", type=Path, help="the target's folder (default targets/NAME)")
+    it.add_argument("--arg", dest="args", action="append", default=[], metavar="SPEC",
+                    help="function: one parameter's domain, in order: 'x: float32[N] in "
+                    "-1.0..1.0', 'k: int in 1..8', 'p: float in 0.0..1.0', 'flag: bool'")
+    it.add_argument("--dim", dest="dims", action="append", default=[], metavar="NAME=LO..HI",
+                    help="function: a size's range (fuzzed over it, timed at its top)")
+    it.add_argument("--rtol", type=float, default=1e-5, help="function: relative tolerance")
+    it.add_argument("--atol", type=float, default=1e-6, help="function: absolute tolerance")
+    it.add_argument("--shape", dest="shapes", action="append", default=[], metavar="SPEC",
+                    help="kernel: a workload, e.g. 'x: float32[6, 100]; eps=1e-6' (repeatable)")
+
+
+def _run(args: Any) -> int:
+    import os
+
+    cwd = Path.cwd()
+    if args.kind == "function":
+        folder = init_function(args.source, cwd=cwd, args=args.args, dims=args.dims,
+                               name=args.name, dest=args.dest, rtol=args.rtol, atol=args.atol)
+    elif args.kind == "kernel":
+        folder = init_kernel(args.source, cwd=cwd, shapes=args.shapes, name=args.name,
+                             dest=args.dest)
+    else:
+        folder = init_routing(args.source, cwd=cwd, name=args.name, dest=args.dest)
+    shown = os.path.relpath(folder, cwd)
+    print(f"wrote {shown}/ ({', '.join(sorted(p.name for p in folder.iterdir()))})")
+    print(f"next: optimizer evaluate {shown}    (the seed should be VALID)")
+    print(f"then: git add {shown} && git commit -m 'optimizer target' && "
+          f"optimizer run --target {shown}")
+    return 0
+
+
+COMMAND = Command(
+    name="init",
+    help="make a target from code in this repository (function, kernel or routing policy)",
+    add_arguments=_arguments,
+    run=_run,
+)
