@@ -4,7 +4,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-stamp
 PYTHON  ?= python3
 
-.PHONY: nightly test lint typecheck bwrap clean
+.PHONY: nightly test lint typecheck bwrap clean wheel
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy optimizer evaluators
+
+# the package for another repository's environment (docs/your-code.md); the test suite
+# installs it into a fresh venv (tests/optimizer/test_your_code.py)
+wheel: $(STAMP)
+	$(PY) -m pip wheel -q --no-deps --no-build-isolation -w build/wheel .
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

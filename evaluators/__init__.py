@@ -52,4 +52,5 @@ BUILTIN_KINDS: dict[str, str] = {
 }
 BUILTIN_COMMANDS: dict[str, str] = {
     "import-kernelbench": "evaluators.kernels.kernelbench:COMMAND",
+    "init": "evaluators.scaffold:COMMAND",
 }

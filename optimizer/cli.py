@@ -1,12 +1,14 @@
 """The ``optimizer`` command line.
 
-    optimizer run EXPERIMENT.toml [--set KEY=VALUE ...] [--resume] [--proposer ...]
+    optimizer run [EXPERIMENT.toml | --target PATH ...] [--set KEY=VALUE ...] [--resume] ...
     optimizer worker EXPERIMENT.toml [--storage URL] [--tracking-uri URI] [--remote NAME]
     optimizer evaluate TARGET [FILES ...] [--json]
     optimizer status [-e EXPERIMENT.toml] [--json]
     optimizer report [-e EXPERIMENT.toml]
     optimizer branches [-e EXPERIMENT.toml] [--prune]
     optimizer ui [-e EXPERIMENT.toml] [--port 5000]
+    optimizer init KIND FILE.py::NAME [...]   (a target from existing code; kinds add it)
+    optimizer publish [--remote NAME] [--experiment NAME] [--base BRANCH] [--open]
     optimizer import-kernelbench FILE [--dest DIR] [--name NAME]   (from the kernel kind)
 
 Exit codes: 0 success, 1 the command ran but found a failure (e.g. an invalid candidate
@@ -57,7 +59,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run an experiment (the nightly job)")
-    run.add_argument("experiment", type=Path)
+    run.add_argument("experiment", type=Path, nargs="?", default=None,
+                     help=f"experiment file (default {DEFAULT_EXPERIMENT}; none with --target)")
+    run.add_argument("--target", dest="targets", action="append", default=[], type=Path,
+                     metavar="PATH", help="a target folder to run a night on without an "
+                     "experiment file (repeatable; every setting at its default, --set "
+                     "changes any)")
     run.add_argument(
         "--set",
         dest="overrides",
@@ -120,6 +127,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     ev.set_defaults(func=cmd_evaluate)
 
+    pb = sub.add_parser("publish", help="push the night's pull branches for review and "
+                        "write their pull-request bodies")
+    pb.add_argument("--remote", default="origin", help="git remote to push to (default origin)")
+    pb.add_argument("--experiment", help="only this experiment's pull branches (default all)")
+    pb.add_argument("--base", help="the branch the pull requests merge into (default: the "
+                    "forge's default branch)")
+    pb.add_argument("--open", action="store_true",
+                    help="open the pull requests with gh or glab (whichever is on PATH)")
+    pb.set_defaults(func=cmd_publish)
+
     for name, func, help_ in (
         ("status", cmd_status, "counts of candidates, branches and runs"),
         ("report", cmd_report, "markdown report with plots"),
@@ -156,7 +173,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from optimizer.config import load_experiment
 
     overrides = list(args.overrides)
     if args.minutes is not None:
@@ -169,7 +185,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides.append(f"proposer.llm.base_url={json.dumps(args.llm_base_url)}")
     if args.llm_model:
         overrides.append(f"proposer.llm.model={json.dumps(args.llm_model)}")
-    config = load_experiment(args.experiment, overrides, workspace=_workspace_of(args.experiment))
+    config = _run_config(args, overrides)
+    refuse_uncommitted(config)
     from optimizer.loop import run
 
     summary = run(config, resume=args.resume, say=_progress_printer(sys.stdout))
@@ -178,6 +195,46 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         print(_summary_table(summary))
     return 0
+
+
+def _run_config(args: argparse.Namespace, overrides: list[str]) -> ExperimentConfig:
+    """The experiment file's configuration, or one made for ``--target`` folders."""
+    from optimizer.config import experiment_for_targets, load_experiment
+
+    if args.targets and args.experiment is not None:
+        raise ConfigError("give an experiment file or --target folders, not both")
+    if args.targets:
+        for folder in args.targets:
+            if not (folder / "target.toml").is_file():
+                raise ConfigError(f"--target {folder}: no target.toml there; a target is a "
+                                  "folder with target.toml (`optimizer init` makes one)")
+        workspace = _repository_of(args.targets[0].resolve())
+        return experiment_for_targets(args.targets, workspace, overrides)
+    experiment = args.experiment or DEFAULT_EXPERIMENT
+    if args.experiment is None and not experiment.exists():
+        raise ConfigError(f"no experiment file given and no {DEFAULT_EXPERIMENT} here; run "
+                          "`optimizer run --target PATH` on a target folder, or give an "
+                          "experiment file")
+    return load_experiment(experiment, overrides, workspace=_workspace_of(experiment))
+
+
+def refuse_uncommitted(config: ExperimentConfig) -> None:
+    """A night builds every candidate on the base commit: an editable file with changes
+    git has not committed would be reverted by the candidates and pull branches, so it is
+    an error before anything is written."""
+    from optimizer.targets import find_repo_root, uncommitted
+
+    for entry in config.targets:
+        spec = entry.spec
+        root = spec.repo_root or find_repo_root(spec.path)
+        if root is None:
+            continue
+        dirty = uncommitted(root, [spec.path / rel for rel in spec.editable])
+        if dirty:
+            raise ConfigError(
+                f"target '{spec.name}': editable file(s) with uncommitted changes: "
+                f"{', '.join(dirty)}; commit them (git add ... && git commit) or stash them "
+                "first: candidates and pull branches are built on the last commit")
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -268,6 +325,29 @@ def _summary_table(summary: object) -> str:
     if oh:
         lines.append(f"engine overhead per candidate: median {oh[len(oh) // 2]:.0f} ms")
     return "\n".join(lines)
+
+
+# -- publish ----------------------------------------------------------------------------
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from optimizer.publish import publish, shown
+
+    repo = _repository_of(Path.cwd().resolve())
+    prs = publish(repo, remote=args.remote, reports=repo / ".optimizer" / "reports",
+                  experiment=args.experiment, base=args.base)
+    failed = 0
+    for pr in prs:
+        print(f"pushed {pr.branch} to {args.remote}: {pr.title}")
+        print(f"  pull-request body: {os.path.relpath(pr.body_file, Path.cwd())}")
+        if not pr.command:
+            print("  open a pull request from that branch on your forge (no gh or glab here)")
+            continue
+        print(f"  open it: {shown(pr.command, pr.body_file)}")
+        if args.open:
+            done = subprocess.run(list(pr.command), cwd=repo)
+            failed += done.returncode != 0
+    return 1 if failed else 0
 
 
 # -- evaluate ---------------------------------------------------------------------------

@@ -324,6 +324,35 @@ def load_experiment(
         data = tomllib.loads(file.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", file=shown) from None
+    return experiment_from(data, file, overrides, workspace)
+
+
+def experiment_for_targets(
+    folders: Sequence[Path], workspace: Path, overrides: Sequence[str] = (),
+    name: str = "nightly",
+) -> ExperimentConfig:
+    """A night of the target folders ``folders`` without an experiment file: every
+    setting at its default (``--set`` changes any), the experiment named ``name``."""
+    targets = []
+    for folder in folders:
+        folder = folder.resolve()
+        try:
+            rel = str(folder.relative_to(workspace.resolve()))
+        except ValueError:
+            raise ConfigError(f"target folder {folder} is not inside the repository "
+                              f"{workspace}; targets live in the repository they edit") from None
+        targets.append({"path": rel})
+    data = {"name": name, "targets": targets}
+    label = folders[0].resolve() / "target.toml" if folders else workspace / "target.toml"
+    return experiment_from(data, label, overrides, workspace)
+
+
+def experiment_from(
+    data: dict[str, Any], file: Path, overrides: Sequence[str] = (),
+    workspace: Path | None = None,
+) -> ExperimentConfig:
+    """Validate an experiment's parsed TOML (``file`` names it in errors)."""
+    shown = str(file)
     target_overrides: dict[str, dict[str, Any]] = {}
     for item in overrides:
         key, sep, text = item.partition("=")

@@ -2,7 +2,9 @@
 
 Editable regions sit between a line containing ``# EVOLVE-BLOCK-START`` and a line
 containing ``# EVOLVE-BLOCK-END``; outside them nothing may change. A file without any
-marker is editable as a whole.
+marker is editable as a whole, or, where the target names definitions in it
+(``editable = ["serving/x.py::apply_penalty"]``), those definitions are its editable
+regions: their text from the first decorator to the last line may change, nothing else.
 
 The answer format (the prompt in ``optimizer/proposers/prompts/edit_format.txt`` shows it
 to the model) has two kinds of edit:
@@ -48,13 +50,17 @@ _FENCE_OPEN_RE = re.compile(r"^(`{3,})[\w.+-]*\s*$")
 _PATH_PREFIX_RE = re.compile(r"^(?:file|path|full file|filename)\s*:\s*", re.IGNORECASE)
 
 
-def evolve_regions(source: str) -> list[tuple[int, int]]:
+def evolve_regions(source: str, symbols: Sequence[str] = ()) -> list[tuple[int, int]]:
     """Character spans ``[start, end)`` of the editable regions of ``source``.
 
     A region starts after the end of the START marker's line and ends at the beginning of
-    the END marker's line. A file without markers is one region covering everything.
-    Unbalanced markers raise ValueError.
+    the END marker's line. A file without markers is one region covering everything, or,
+    with ``symbols`` (definition names, "Class.method" for a method), one region per named
+    definition: its lines, decorators included. Unbalanced markers, a source that does not
+    parse or a named definition it lacks raise ValueError.
     """
+    if symbols and START not in source and END not in source:
+        return symbol_regions(source, symbols)
     regions: list[tuple[int, int]] = []
     pos = 0
     open_at: int | None = None
@@ -76,6 +82,28 @@ def evolve_regions(source: str) -> list[tuple[int, int]]:
     return regions
 
 
+def symbol_regions(source: str, symbols: Sequence[str]) -> list[tuple[int, int]]:
+    """Character spans of the named definitions of ``source``, in file order."""
+    from optimizer import syntax
+    from optimizer.targets import symbol_span
+
+    try:
+        tree = syntax.parse(source)
+    except SyntaxError as exc:
+        raise ValueError(f"the file does not parse ({exc.msg}, line {exc.lineno})") from None
+    starts = [0]
+    for line in source.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    spans = []
+    for name in symbols:
+        found = symbol_span(tree, name)
+        if found is None:
+            raise ValueError(f"the definition {name!r} is gone")
+        first, last = found
+        spans.append((starts[first - 1], starts[min(last, len(starts) - 1)]))
+    return sorted(spans)
+
+
 # --------------------------------------------------------------------------- parsing
 
 
@@ -93,9 +121,22 @@ def _clean_path(line: str) -> tuple[str, bool]:
 def _resolve_path(name: str, editable: Sequence[str]) -> str | None:
     if name in editable:
         return name
-    # "targets/kernels/softmax/kernel.py" for the editable "kernel.py": same file.
+    # "targets/kernels/softmax/kernel.py" for the editable "kernel.py": same file; and
+    # "serving/x.py" (or its tail) for the editable "../../serving/x.py" elsewhere in the
+    # repository
     hits = [e for e in editable if name.endswith("/" + e)]
+    if not hits:
+        tails = {e: _without_ups(e) for e in editable}
+        hits = [e for e, t in tails.items() if t != e and (name == t or name.endswith("/" + t)
+                                                           or t.endswith("/" + name))]
     return hits[0] if len(hits) == 1 else None
+
+
+def _without_ups(path: str) -> str:
+    parts = path.split("/")
+    while parts and parts[0] in ("..", "."):
+        parts.pop(0)
+    return "/".join(parts)
 
 
 def _not_editable(name: str, editable: Sequence[str], where: str) -> EditError:
@@ -327,10 +368,17 @@ def _outside(source: str, regions: list[tuple[int, int]]) -> list[str]:
     return segments
 
 
-def _regions(source: str, path: str, what: str) -> list[tuple[int, int]]:
+def _regions(source: str, path: str, what: str,
+             symbols: Sequence[str] = ()) -> list[tuple[int, int]]:
     try:
-        return evolve_regions(source)
+        return evolve_regions(source, symbols)
     except ValueError as exc:
+        if symbols and START not in source and END not in source:
+            raise EditError(
+                f"{path}: {what} lost its editable definitions {', '.join(symbols)} ({exc}); "
+                "keep each one, with its name, and keep the file valid Python",
+                file=path,
+            ) from None
         raise EditError(
             f"{path}: {what} has unbalanced EVOLVE-BLOCK markers ({exc}); keep every "
             f"'# {START}' and '# {END}' line exactly where it is",
@@ -338,23 +386,25 @@ def _regions(source: str, path: str, what: str) -> list[tuple[int, int]]:
         ) from None
 
 
-def _check_outside_unchanged(old: str, new: str, path: str) -> None:
-    old_out = _outside(old, _regions(old, path, "the original"))
-    new_out = _outside(new, _regions(new, path, "the new text"))
+def _check_outside_unchanged(old: str, new: str, path: str, symbols: Sequence[str] = ()) -> None:
+    old_regions = _regions(old, path, "the original", symbols)
+    old_out = _outside(old, old_regions)
+    new_out = _outside(new, _regions(new, path, "the new text", symbols))
     if len(old_out) != len(new_out):
         raise EditError(
             f"{path}: the edit changes the number of EVOLVE-BLOCKs ({len(old_out) - 1} -> "
             f"{len(new_out) - 1}); markers must stay intact and in place",
             file=path,
         )
-    old_regions = evolve_regions(old)
     for k, (a, b) in enumerate(zip(old_out, new_out, strict=True)):
         if a != b:
             seg_start = 0 if k == 0 else old_regions[k - 1][1]
             line = _line_of(old, seg_start + len(_common_prefix(a, b)))
+            allowed = (f"the definitions {', '.join(symbols)}" if symbols and START not in old
+                       else f"text between '# {START}' and '# {END}'")
             raise EditError(
                 f"{path}: line {line} lies outside every EVOLVE-BLOCK and was changed; only "
-                f"text between '# {START}' and '# {END}' may change",
+                f"{allowed} may change",
                 file=path,
             )
 
@@ -368,7 +418,8 @@ def _common_prefix(a: str, b: str) -> str:
     return a[:n]
 
 
-def _apply_block(text: str, search: str, replace: str, path: str, index: int) -> str:
+def _apply_block(text: str, search: str, replace: str, path: str, index: int,
+                 symbols: Sequence[str] = ()) -> str:
     where = f"{path}: SEARCH block {index}"
     if not search.strip():
         raise EditError(f"{where} is empty; quote the exact existing lines to replace", file=path)
@@ -393,7 +444,7 @@ def _apply_block(text: str, search: str, replace: str, path: str, index: int) ->
             closest=search,
         )
     start, end = hits[0], hits[0] + len(search)
-    regions = _regions(text, path, "the current text")
+    regions = _regions(text, path, "the current text", symbols)
     if not any(lo <= start and end <= hi for lo, hi in regions):
         editable = ", ".join(f"{_line_of(text, lo)}-{_line_of(text, hi) - 1}" for lo, hi in regions)
         raise EditError(
@@ -411,8 +462,14 @@ def _apply_block(text: str, search: str, replace: str, path: str, index: int) ->
     return text[:start] + replace + text[end:]
 
 
-def apply_edits(files: Mapping[str, str], edits: Sequence[FileEdit]) -> dict[str, str]:
+def apply_edits(
+    files: Mapping[str, str],
+    edits: Sequence[FileEdit],
+    symbols: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, str]:
     """Apply ``edits`` to ``files`` strictly; returns the new content of every file.
+    ``symbols`` names, per file, the definitions that are its editable regions (where the
+    file has no EVOLVE-BLOCK markers).
 
     Raises :class:`EditError` (with ``file`` and, for a near miss, ``closest``) when a
     SEARCH text does not occur exactly once, when a change touches text outside an
@@ -426,12 +483,13 @@ def apply_edits(files: Mapping[str, str], edits: Sequence[FileEdit]) -> dict[str
                 file=edit.path,
             )
         old = out[edit.path]
+        named = tuple((symbols or {}).get(edit.path, ()))
         if edit.content is not None:
             new = edit.content
         else:
             new = old
             for k, (search, replace) in enumerate(edit.blocks, start=1):
-                new = _apply_block(new, search, replace, edit.path, k)
-        _check_outside_unchanged(old, new, edit.path)
+                new = _apply_block(new, search, replace, edit.path, k, named)
+        _check_outside_unchanged(old, new, edit.path, named)
         out[edit.path] = new
     return out

@@ -26,7 +26,7 @@ from optimizer.records import CandidateState, EvalResult
 from optimizer.sandbox import Sandbox, SandboxSettings
 from optimizer.sandbox.host import PROJECT_ROOT
 from optimizer.slots import Slot
-from optimizer.targets import TargetSpec
+from optimizer.targets import TargetSpec, candidate_root_env
 
 log = logging.getLogger("optimizer.loop")
 
@@ -213,7 +213,8 @@ def make_sandbox(
         "rw_root": config.state_dir / "worktrees",
         "preload": tuple(type(evaluator).preload),
         "extra_ro": (target.path,),  # the trusted target folder (evaluate.py, reference)
-        "extra_env": {**evaluator.sandbox_env(device), **(slot.env() if slot else {})},
+        "extra_env": {**evaluator.sandbox_env(device), **(slot.env() if slot else {}),
+                      **candidate_root_env(target)},
         "python_path": code_roots(type(evaluator)),
         "hidden": tuple(hidden),
         "allow_gpu": gpu,

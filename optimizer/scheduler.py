@@ -31,6 +31,7 @@ import threading
 import time
 
 from optimizer import search, sharing
+from optimizer.advice import dry_run_advice
 from optimizer.candidate import admit, evaluate, propose, record_usage, settle
 from optimizer.lane import Lane, seed_proposal, start_proposal
 from optimizer.night import Run
@@ -330,8 +331,11 @@ class Scheduler:
         """Count duplicates in a row; True when the target should stop for them."""
         track.dup_streak = 0 if evaluated else track.dup_streak + 1
         if track.dup_streak >= MAX_DUPLICATES_IN_A_ROW:
-            track.lane.out.note = (f"stopped early: {track.dup_streak} duplicate proposals "
-                                   "in a row")
+            lane = track.lane
+            seed = lane.archive.seed
+            lane.out.note = (f"stopped early: {track.dup_streak} duplicate proposals in a row"
+                             + dry_run_advice(lane.target, seed.files if seed else {},
+                                              [e.proposer for e in lane.archive.entries]))
             return True
         return False
 

@@ -5,7 +5,11 @@
     name        = "topk_sampling"     # unique within an experiment
     kind        = "function"          # evaluator: function, kernel, routing, speculative
     description = "..."               # goes into the LLM prompt
-    editable    = ["program.py"]      # files a proposer may change (EVOLVE-BLOCKs inside)
+    editable    = ["program.py"]      # files a proposer may change (EVOLVE-BLOCKs inside),
+                                      # relative to the target folder and anywhere in the
+                                      # repository ("../../serving/x.py"); "file.py::name"
+                                      # makes the definition of function or class `name`
+                                      # (or "Class.method") the file's editable region
     objectives  = [{ metric = "time_s", direction = "minimize" }]
     noise       = "timing"            # "timing" (bootstrap CI) or "deterministic" (+ held-out)
     min_gain    = 0.05                # a winner must be this much better (fraction)
@@ -27,6 +31,9 @@ machine that has nothing but torch and triton.
 from __future__ import annotations
 
 import ast
+import posixpath
+import shutil
+import subprocess
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -76,10 +83,32 @@ class TargetSpec:
     evaluator: Mapping[str, Any] = field(default_factory=dict)
     starts: tuple[str, ...] = ()  # paths relative to the folder (see start_files)
     knob_constraints: tuple[str, ...] = ()  # expressions knob values must satisfy
+    # editable file -> the definitions named with "file.py::name" (its editable regions
+    # where the file has no EVOLVE-BLOCK markers)
+    symbols: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # the git repository's root (absolute) when the target lies in one
+    repo_root: Path | None = None
 
     @property
     def primary(self) -> Objective:
         return self.objectives[0]
+
+    @property
+    def outside(self) -> tuple[str, ...]:
+        """The editable files that lie outside the target folder ("../../serving/x.py")."""
+        return tuple(e for e in self.editable if posixpath.normpath(e).startswith("../"))
+
+    def root_from_folder(self) -> str:
+        """The repository root relative to the target folder ("../.." for "a/b"), or "."."""
+        if self.repo_root is None:
+            return "."
+        rel = self.path.relative_to(self.repo_root)
+        return "/".join([".."] * len(rel.parts)) or "."
+
+    def repo_rel(self, name: str) -> str:
+        """An editable file's path relative to the repository root ("serving/x.py")."""
+        root = self.repo_root or self.path
+        return posixpath.normpath(str(self.path.relative_to(root) / name))
 
     def seed_files(self) -> dict[str, str]:
         """The editable files as committed (UTF-8; a byte-order mark dropped)."""
@@ -143,13 +172,15 @@ def load_target(
     name, kind = data["name"], data["kind"]
     if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
         raise ConfigError("must be a string of letters, digits, '_' or '-'", file=shown, key="name")
-    editable = data["editable"]
+    raw_editable = data["editable"]
     if (
-        not isinstance(editable, list)
-        or not editable
-        or not all(isinstance(e, str) for e in editable)
+        not isinstance(raw_editable, list)
+        or not raw_editable
+        or not all(isinstance(e, str) for e in raw_editable)
     ):
         raise ConfigError("must be a non-empty list of file names", file=shown, key="editable")
+    repo_root = find_repo_root(folder)
+    editable, symbols = _split_editable(raw_editable, folder, repo_root or workspace, shown)
     for rel in editable:
         if not (folder / rel).is_file():
             raise ConfigError(f"editable file '{rel}' does not exist", file=shown, key="editable")
@@ -232,6 +263,13 @@ def load_target(
     evaluator = data.get("evaluator", {})
     if not isinstance(evaluator, dict):
         raise ConfigError("must be a table", file=shown, key="evaluator")
+    for rel, names in symbols.items():
+        source = (folder / rel).read_bytes().decode("utf-8-sig")
+        for symbol in names:
+            why = symbol_error(source, symbol)
+            if why:
+                raise ConfigError(f"editable '{rel}::{symbol}': {why}", file=shown,
+                                  key="editable")
     try:
         rel_path = str(folder.resolve().relative_to(workspace.resolve()))
     except ValueError:
@@ -252,7 +290,151 @@ def load_target(
         evaluator=evaluator,
         starts=tuple(starts),
         knob_constraints=tuple(constraints),
+        symbols={k: tuple(v) for k, v in symbols.items()},
+        repo_root=repo_root.resolve() if repo_root else None,
     )
+
+
+# -- editable files anywhere in the repository ------------------------------------------
+
+
+def candidate_root_env(target: TargetSpec) -> dict[str, str]:
+    """The sandbox variable that puts a candidate's copy of the repository on its import
+    path (``OPTIMIZER_CANDIDATE_ROOT``, relative to the candidate's target folder), for a
+    target whose editable files lie outside its folder; nothing otherwise."""
+    if not target.outside or target.repo_root is None:
+        return {}
+    return {"OPTIMIZER_CANDIDATE_ROOT": target.root_from_folder()}
+
+
+def materialize(target: TargetSpec, files: Mapping[str, str], dest: Path) -> Path:
+    """A private copy of ``target``'s folder at ``dest`` with ``files`` (editable name ->
+    source) in place; returns the folder to evaluate. A target whose editable files lie
+    elsewhere in the repository gets a copy of the repository at ``dest`` (its tracked and
+    not ignored files) and the target folder inside it, as a night's candidate has it.
+    Deleting ``dest`` deletes everything."""
+    shutil.rmtree(dest, ignore_errors=True)
+    if target.outside and target.repo_root is not None:
+        copy_repository(target.repo_root, dest)
+        folder = dest / target.path.relative_to(target.repo_root)
+        folder.mkdir(parents=True, exist_ok=True)
+    else:
+        shutil.copytree(target.path, dest, ignore=shutil.ignore_patterns("__pycache__"))
+        folder = dest
+    for rel, text in files.items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(text)
+    return folder
+
+
+def copy_repository(root: Path, dest: Path) -> None:
+    """Copy the files of the repository at ``root`` that git tracks or does not ignore."""
+    out = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True, check=True).stdout.decode()
+    for rel in sorted(set(filter(None, out.split("\0")))):
+        src = root / rel
+        if not src.is_file() or "__pycache__" in Path(rel).parts:
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, target)
+
+
+def find_repo_root(folder: Path) -> Path | None:
+    """The nearest folder at or above ``folder`` holding ``.git`` (a folder or a file)."""
+    here = folder.resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / ".git").exists():
+            return candidate
+    return None
+
+
+def _split_editable(
+    raw: list[str], folder: Path, root: Path, shown: str
+) -> tuple[list[str], dict[str, list[str]]]:
+    """Editable file paths (as written, without "::name") and the definitions named per
+    file; a path that leaves the repository is an error."""
+    files: list[str] = []
+    symbols: dict[str, list[str]] = {}
+    for entry in raw:
+        path, sep, name = entry.partition("::")
+        path = path.strip()
+        if not path or (sep and not name.strip()):
+            raise ConfigError(f"editable entry {entry!r} is not 'file.py' or 'file.py::name'",
+                              file=shown, key="editable")
+        if Path(path).is_absolute():
+            raise ConfigError(f"editable file {path!r} must be relative to the target folder "
+                              "(e.g. '../../serving/x.py')", file=shown, key="editable")
+        where = Path(posixpath.normpath(str(folder.resolve() / path)))
+        if not where.is_relative_to(root.resolve()):
+            raise ConfigError(
+                f"editable file {path!r} lies outside the repository {root.resolve()} "
+                f"(it resolves to {where}); every editable file must be inside it",
+                file=shown, key="editable")
+        if where.resolve() != where and not where.resolve().is_relative_to(root.resolve()):
+            raise ConfigError(f"editable file {path!r} is a link out of the repository",
+                              file=shown, key="editable")
+        if path not in files:
+            files.append(path)
+        if sep:
+            symbols.setdefault(path, []).append(name.strip())
+    for path, names in symbols.items():
+        if len(names) != len(set(names)):
+            raise ConfigError(f"editable '{path}' names a definition twice", file=shown,
+                              key="editable")
+    whole = [e.partition("::")[0].strip() for e in raw if "::" not in e]
+    for path in whole:
+        if path in symbols:
+            raise ConfigError(f"editable '{path}' is listed both whole and as '{path}::name'; "
+                              "keep one of them", file=shown, key="editable")
+    return files, symbols
+
+
+def symbol_error(source: str, name: str) -> str:
+    """Why ``name`` ("func", "Class" or "Class.method") is not a definition of ``source``
+    ("" when it is)."""
+    try:
+        tree = syntax.parse(source)
+    except SyntaxError as exc:
+        return f"the file does not parse ({exc.msg}, line {exc.lineno})"
+    if symbol_span(tree, name) is None:
+        found = sorted(n.name for n in tree.body if isinstance(
+            n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef))
+        return (f"no function or class named {name!r} at the top of the file; it defines "
+                f"{', '.join(found) or 'none'}")
+    return ""
+
+
+def symbol_span(tree: ast.Module, name: str) -> tuple[int, int] | None:
+    """(first line, last line) of the definition ``name`` in ``tree`` (decorators
+    included), 1-based; None when absent."""
+    body: list[ast.stmt] = tree.body
+    node: ast.stmt | None = None
+    for part in name.split("."):
+        node = next((n for n in body if isinstance(
+            n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and n.name == part), None)
+        if node is None:
+            return None
+        body = node.body
+    assert node is not None
+    first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+    return first, node.end_lineno or node.lineno
+
+
+def uncommitted(repo_root: Path, paths: list[Path]) -> list[str]:
+    """Those of ``paths`` with changes git has not committed (modified, staged or
+    untracked), relative to the repository root."""
+    rels = [str(p.resolve().relative_to(repo_root)) for p in paths]
+    if not rels:
+        return []
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(repo_root), "status", "--porcelain", "--untracked-files=all",
+             "--", *rels], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return []
+    return sorted({line[3:].strip().strip('"') for line in out.splitlines() if line.strip()})
 
 
 # -- knob constraints -------------------------------------------------------------------

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import posixpath
 import sys
 import tempfile
 import time
@@ -317,7 +318,10 @@ class Tracker:
             "response.md": response,
             "eval.log": eval_log,
         }
-        texts |= {f"source/{PurePosixPath(n)}": src for n, src in candidate.files.items()}
+        # an editable file elsewhere in the repository ("../../serving/x.py") is logged as
+        # source/serving/x.py: never outside the folder uploaded
+        texts |= {"source/" + "/".join(p for p in PurePosixPath(posixpath.normpath(n)).parts
+                                       if p != ".."): src for n, src in candidate.files.items()}
         # One folder, one upload: log_text per file costs a temporary folder and an
         # artifact-repository call each (see bench/engine_parts.py for the figures).
         with tempfile.TemporaryDirectory(prefix="optimizer-run-") as tmp:

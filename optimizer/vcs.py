@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import posixpath
 import re
 import shutil
 import subprocess
@@ -78,6 +79,23 @@ def _check_rel(path: str, what: str) -> PurePosixPath:
     if p.is_absolute() or ".." in p.parts or not p.parts or str(p) == ".":
         raise WorkspaceError(f"{what} {path!r} must be a relative path inside the repository")
     return p
+
+
+def _in_repo(rel: PurePosixPath, name: str, what: str) -> PurePosixPath:
+    """``name`` (relative to the target folder ``rel``, perhaps "../../serving/x.py") as a
+    path from the repository root; one that leaves the repository is an error."""
+    p = PurePosixPath(name)
+    if p.is_absolute() or not p.parts:
+        raise WorkspaceError(f"{what} {name!r} must be a relative path inside the repository")
+    joined = posixpath.normpath(str(rel / p))
+    if joined == "." or joined == ".." or joined.startswith("../"):
+        raise WorkspaceError(f"{what} {name!r} lies outside the repository")
+    return PurePosixPath(joined)
+
+
+def _escapes(rel: PurePosixPath, names: Iterable[str]) -> list[str]:
+    """Those of ``names`` (relative to ``rel``) that lie outside the folder ``rel``."""
+    return [n for n in names if posixpath.normpath(n).startswith("../")]
 
 
 # Cone-mode sparse checkout with a sparse index, passed on the command line so that the
@@ -151,6 +169,7 @@ class Workspace:
         self.state_dir = Path(state_dir).resolve()
         self.worktree_root = self.state_dir / "worktrees"
         self._target_rel: dict[str, str] = {}
+        self._outside: dict[str, set[str]] = {}  # target -> editable paths outside its folder
         self._identity_env = self._identity()
         self._prepare_state_dir()
         self._ref_updater: subprocess.Popen[str] | None = None
@@ -266,7 +285,8 @@ class Workspace:
         """
         rel = _check_rel(target_rel, "target folder")
         for name in files:
-            _check_rel(name, f"candidate file of {target}")
+            _in_repo(rel, name, f"candidate file of {target}")
+        whole = bool(_escapes(rel, files))
         branch = self.candidate_branch(target, cid)
         path = self.worktree_path(target, cid)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -287,15 +307,24 @@ class Workspace:
         # so commits keep every other file.
         admin = Path((path / ".git").read_text().split(":", 1)[1].strip())
         (admin / "info").mkdir(exist_ok=True)
-        (admin / "info" / "sparse-checkout").write_text(_cone_patterns(rel))
+        # editable files outside the target folder: the whole repository, so that the
+        # candidate's imports of the user's own package find the candidate's files
+        (admin / "info" / "sparse-checkout").write_text("/*\n" if whole else _cone_patterns(rel))
         self._git(*_SPARSE, "read-tree", "-mu", "HEAD", cwd=path)
         folder = path / rel
         for name, text in files.items():
-            dest = folder / name
+            dest = path / _in_repo(rel, name, f"candidate file of {target}")
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_text(text)
-        self._target_rel[target] = str(rel)
+        self._remember(target, rel, files)
         return folder
+
+    def _remember(self, target: str, rel: PurePosixPath, names: Iterable[str]) -> None:
+        """The target's folder, and the paths of its editable files outside it (diffs)."""
+        self._target_rel[target] = str(rel)
+        outside = {str(_in_repo(rel, n, "file")) for n in _escapes(rel, names)}
+        if outside:
+            self._outside.setdefault(target, set()).update(outside)
 
     def create_candidate(
         self, target_rel: str, target: str, cid: str, files: Mapping[str, str], message: str
@@ -305,15 +334,16 @@ class Workspace:
         returns (the target folder in it, the commit sha). A folder or branch of the same
         name left by a crash is replaced."""
         rel = _check_rel(target_rel, "target folder")
-        names = {str(_check_rel(n, f"candidate file of {target}")): t for n, t in files.items()}
+        names = {str(_in_repo(rel, n, f"candidate file of {target}")): t
+                 for n, t in files.items()}
+        whole = bool(_escapes(rel, files))
         branch = self.candidate_branch(target, cid)
         if self._base_tree is None:
             self._base_tree = self.repo.commit(self.base_commit).tree.binsha
         base_tree = self._base_tree
         blobs = {}
         for name, text in names.items():
-            data = text.encode()
-            blobs[(*rel.parts, *PurePosixPath(name).parts)] = data
+            blobs[PurePosixPath(name).parts] = text.encode()
         tree = self._tree_with(base_tree, blobs)
         author, committer = self._identities()
         author_line = f"{author} {self._stamp('AUTHOR')}"
@@ -326,12 +356,15 @@ class Workspace:
         if path.exists() or path.is_symlink():
             self._drop_worktree(path)
         folder = path / rel
-        for relpath, mode, data in self._cone_files(rel):
+        # editable files outside the target folder: the whole repository, so that the
+        # candidate's imports of the user's own package find the candidate's files
+        for relpath, mode, data in self._cone_files(PurePosixPath(".") if whole else rel):
             self._write(path / relpath, mode, data)
+        folder.mkdir(parents=True, exist_ok=True)
         for name, text in names.items():
-            (folder / name).parent.mkdir(parents=True, exist_ok=True)
-            (folder / name).write_text(text)
-        self._target_rel[target] = str(rel)
+            (path / name).parent.mkdir(parents=True, exist_ok=True)
+            (path / name).write_text(text)
+        self._remember(target, rel, files)
         return folder, sha
 
     def _store(self, kind: str, data: bytes) -> str:
@@ -585,8 +618,9 @@ class Workspace:
         except (ValueError, git.BadName) as exc:
             raise WorkspaceError(f"branch {branch} does not exist") from exc
         out: dict[str, str] = {}
+        rel = _check_rel(target_rel, "target folder")
         for name in names:
-            path = f"{_check_rel(target_rel, 'target folder')}/{_check_rel(name, 'file')}"
+            path = str(_in_repo(rel, name, "file"))
             try:
                 blob = tree / path
             except KeyError as exc:
@@ -607,7 +641,7 @@ class Workspace:
         """
         branch = self.candidate_branch(target, cid)
         rel = target_rel or self._target_rel.get(target)
-        paths = ["--", rel] if rel else ["--"]
+        paths = ["--", rel, *sorted(self._outside.get(target, ()))] if rel else ["--"]
         try:
             return self._git(
                 "diff", "--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/",
@@ -631,7 +665,7 @@ class Workspace:
         base_tree = self.repo.commit(self.base_commit).tree
         cacheinfo: list[str] = []
         for name, text in files.items():
-            path = str(rel / _check_rel(name, f"file of {target}"))
+            path = str(_in_repo(rel, name, f"file of {target}"))
             data = text.encode()
             binsha = self.repo.odb.store(IStream("blob", len(data), BytesIO(data))).binsha
             try:
@@ -647,7 +681,7 @@ class Workspace:
             tree = self._git("write-tree", env=env)
         sha = self._git("commit-tree", tree, "-p", self.base_commit, "-m", message)
         self._git("update-ref", "-m", "optimizer: pull branch", self._ref(branch), sha)
-        self._target_rel[target] = str(rel)
+        self._remember(target, rel, files)
         return branch, sha
 
     def push(self, remote: str, branches: Iterable[str]) -> None:

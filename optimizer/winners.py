@@ -31,7 +31,7 @@ from optimizer.records import (
     program_metrics,
 )
 from optimizer.sandbox import Sandbox
-from optimizer.targets import TargetSpec
+from optimizer.targets import TargetSpec, materialize
 
 log = logging.getLogger("optimizer.loop")
 FINAL_CHECK_RETRIES = 2  # next candidates of a structure tried after one failed its final check
@@ -39,12 +39,12 @@ FINAL_CHECK_RETRIES = 2  # next candidates of a structure tried after one failed
 
 def _materialize(r: Run, target: TargetSpec, entry: ArchiveEntry) -> Path:
     """A private copy of the target folder holding ``entry``'s files (for confirmation)."""
-    folder = r.config.state_dir / "worktrees" / "_confirm" / r.config.name / target.name / entry.id
-    shutil.rmtree(folder, ignore_errors=True)
-    shutil.copytree(target.path, folder, ignore=shutil.ignore_patterns("__pycache__"))
-    for rel, text in entry.files.items():
-        (folder / rel).write_text(text)
-    return folder
+    # a copy of the repository around it when the target edits files elsewhere in it
+    return materialize(target, entry.files, _materialized(r, target, entry))
+
+
+def _materialized(r: Run, target: TargetSpec, entry: ArchiveEntry) -> Path:
+    return r.config.state_dir / "worktrees" / "_confirm" / r.config.name / target.name / entry.id
 
 
 @dataclass(frozen=True)
@@ -267,7 +267,8 @@ def _confirm(
         return dataclasses.replace(evidence, final_check=checked.final_check,
                                    evidence_md=checked.evidence_md)
     finally:
-        for d in (cand_dir, seed_dir, ctx.io_dir, ctx.scratch):
+        for d in (_materialized(r, target, best), _materialized(r, target, seed), ctx.io_dir,
+                  ctx.scratch):
             shutil.rmtree(d, ignore_errors=True)
 
 

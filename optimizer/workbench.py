@@ -33,7 +33,7 @@ from optimizer.evaluation import (
 from optimizer.kinds import Evaluator
 from optimizer.records import EvalResult
 from optimizer.sandbox import Sandbox
-from optimizer.targets import TargetSpec
+from optimizer.targets import TargetSpec, materialize
 
 
 class Workbench:
@@ -93,14 +93,12 @@ class Workbench:
     def folder(self, files: Mapping[str, str] | None = None, name: str = "") -> Path:
         """A copy of the target folder with ``files`` (editable name -> source) in place."""
         self._n += 1
-        folder = self.root / "worktrees" / (name or f"candidate-{self._n}")
-        shutil.rmtree(folder, ignore_errors=True)
-        shutil.copytree(self.target.path, folder, ignore=shutil.ignore_patterns("__pycache__"))
-        for rel, text in (files or {}).items():
+        for rel in files or {}:
             if rel not in self.target.editable:
                 raise ValueError(f"{rel} is not an editable file of {self.target.name}")
-            (folder / rel).write_text(text)
-        return folder
+        # editable files elsewhere in the repository: a copy of the repository around it
+        return materialize(self.target, files or {},
+                           self.root / "worktrees" / (name or f"candidate-{self._n}"))
 
     def _warm_up(self) -> None:
         """Start the warm sandbox before the first evaluation's clock, as a night has it
@@ -172,9 +170,13 @@ class Workbench:
         finally:
             self.last_log = recorder.log()
             self._clean(cand, ctx)
-            shutil.rmtree(base, ignore_errors=True)
+            self._clean(base, ctx)
 
-    @staticmethod
-    def _clean(folder: Path, ctx: Any) -> None:
-        for d in (folder, ctx.io_dir, ctx.scratch):
+    def _clean(self, folder: Path, ctx: Any) -> None:
+        top = folder
+        worktrees = self.root / "worktrees"
+        if folder.is_relative_to(worktrees) and folder != worktrees:
+            top = worktrees / folder.relative_to(worktrees).parts[0]  # a repository copy
+        for d in (top, ctx.io_dir, ctx.scratch):
             shutil.rmtree(d, ignore_errors=True)
+

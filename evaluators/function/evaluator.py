@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluators._base import EvalContext, Evaluator, text_beside
+from evaluators.failure_site import failure_site
 from evaluators.function.harness import (
     CandidateError,
     CandidateTimeout,
@@ -128,7 +129,8 @@ class FunctionEvaluator(Evaluator):
         try:
             return None, fn(programs.stand_in())
         except AssertionError as exc:
-            return EvalResult(CandidateState.INVALID, f"wrong answer: {exc}", stage), None
+            return EvalResult(CandidateState.INVALID, f"wrong answer: {exc}"
+                              + failure_site(exc, self.module_path), stage), None
         except CandidateTimeout as exc:
             return EvalResult(CandidateState.TIMEOUT, str(exc), stage), None
         except CandidateUnavailable as exc:
@@ -140,7 +142,7 @@ class FunctionEvaluator(Evaluator):
             return EvalResult(
                 CandidateState.FAILED,
                 f"{self.module_path.name} raised {type(exc).__name__}: {exc} (on what the "
-                "program returned)",
+                f"program returned){failure_site(exc, self.module_path)}",
                 stage,
             ), None
         finally:

@@ -227,7 +227,7 @@ def import_kernelbench(problem_file: Path, dest_dir: Path, name: str | None = No
 
     problem_file = Path(problem_file)
     try:
-        source = problem_file.read_text(encoding="utf-8")
+        source = problem_file.read_text(encoding="utf-8-sig")  # a byte-order mark dropped
     except UnicodeDecodeError as exc:
         raise ConfigError(f"not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8",
                           file=str(problem_file)) from None

@@ -174,10 +174,10 @@ class RoutingEvaluator(Evaluator):
             workdir, io = folder / "policy", folder / "io"
             io.mkdir(parents=True)
             for rel in self.target.editable:
-                dest = workdir / rel
+                dest = workdir / _within(rel)
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(cand_dir / rel, dest)
-            payload = {"module": self.policy, "functions": self.functions}
+            payload = {"module": _within(self.policy), "functions": self.functions}
             # the runs keep to ctx.timeout_s themselves (and say which decision was late);
             # the sandbox's own limit is a backstop behind them
             session = ctx.session(ENTRY, payload, workdir=workdir, io_dir=io,
@@ -553,3 +553,14 @@ class RoutingEvaluator(Evaluator):
         if "held_out" not in self.settings and "held_out" not in self.cases:
             return None
         return self._measure(cand_dir, ctx, "held_out", "held_out")
+
+
+def _within(rel: str) -> str:
+    """An editable file's place in a session folder: a policy elsewhere in the repository
+    ("../../router/policy.py") sits at "router/policy.py" there, never above the folder."""
+    import posixpath
+
+    parts = posixpath.normpath(rel.replace("\\", "/")).split("/")
+    while parts and parts[0] == "..":
+        parts.pop(0)
+    return "/".join(parts)

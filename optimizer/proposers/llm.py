@@ -136,7 +136,7 @@ def proposal_from_answer(
         return reject(f"the model returned an empty answer (finish_reason={finish_reason})")
     try:
         edits = parse_edits(text, ctx.target.editable)
-        files = apply_edits(ctx.parent.files, edits)
+        files = apply_edits(ctx.parent.files, edits, ctx.target.symbols)
     except EditError as exc:
         return reject(f"edit rejected: {exc}")
     try:

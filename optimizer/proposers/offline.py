@@ -378,7 +378,7 @@ class OfflineProposer(Proposer):
             source = files[path]
             try:
                 tree = syntax.parse(source)
-                regions = evolve_regions(source)
+                regions = evolve_regions(source, ctx.target.symbols.get(path, ()))
                 declared = parse_knobs(source, path)
             except SyntaxError as exc:
                 return self._reject(ctx, f"{path}, line {exc.lineno}: not valid Python: {exc.msg}")

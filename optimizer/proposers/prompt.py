@@ -174,7 +174,7 @@ def worked_example(target: TargetSpec, seed_files: Mapping[str, str]) -> str:
             f"SUMMARY: {what}\n{path}\n<<<<<<< SEARCH\n{search}=======\n{replace}>>>>>>> REPLACE\n"
         )
         try:
-            edited = apply_edits(seed_files, parse_edits(answer, target.editable))
+            edited = apply_edits(seed_files, parse_edits(answer, target.editable), target.symbols)
         except EditError:
             return ""
         if edited == dict(seed_files):

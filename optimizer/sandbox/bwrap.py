@@ -173,4 +173,8 @@ def default_ro(workspace: Path | None, extra: Iterable[Path], project_root: Path
     if workspace is not None:
         paths.append(workspace)
     paths.extend(extra)
+    # import roots a .pth file of the environment adds (packages installed elsewhere):
+    # without them the sandboxed interpreter's `site` skips them and imports fail
+    paths.extend(p for p in (Path(e) for e in sys.path if e) if p.is_absolute() and p.is_dir()
+                 and not any(p.is_relative_to(q) for q in paths))
     return paths

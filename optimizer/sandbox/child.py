@@ -92,6 +92,9 @@ def run_entry(
     """
     module_name, _, func_name = entry.partition(":")
     sys.path.insert(0, os.getcwd())  # the candidate's folder
+    if os.environ.get("OPTIMIZER_CANDIDATE_ROOT"):  # its repository (editable files there)
+        sys.path.insert(1, os.path.normpath(os.path.join(os.getcwd(),
+                                                         os.environ["OPTIMIZER_CANDIDATE_ROOT"])))
     result: dict[str, Any]
     try:
         if channel_fd is not None:

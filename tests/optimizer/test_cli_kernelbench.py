@@ -119,3 +119,14 @@ def test_an_imported_problem_validates_with_the_stress_its_reference_supports(
     assert "PRUNED (no GPU: correctness verified" in out, out
     assert "validated with the distributions normal, uniform, offset, wide" in out, out
     assert "dropped: neginf_mask (" in out, out
+
+
+def test_a_problem_file_with_a_byte_order_mark_imports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Editors on Windows save UTF-8 with a byte-order mark: it is dropped, not a traceback."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "19_ReLU.py").write_bytes(b"\xef\xbb\xbf" + textwrap.dedent(PROBLEM).encode())
+    assert main(["import-kernelbench", "19_ReLU.py"]) == 0, capsys.readouterr().err
+    reference = (tmp_path / "targets/kernels/19_relu/reference.py").read_bytes()
+    assert not reference.startswith(b"\xef\xbb\xbf")

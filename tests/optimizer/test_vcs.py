@@ -101,8 +101,12 @@ def test_bad_base_and_names(repo: Path) -> None:
     with Workspace(repo, experiment="e", state_dir=repo / ".optimizer") as w:
         with pytest.raises(WorkspaceError, match="branch name"):
             w.candidate_branch("../x", "c0001")
+        # a file elsewhere in the repository is fine; one outside it is not
+        escape = "../" * (len(Path(TARGET_REL).parts) + 1) + "escape.py"
+        with pytest.raises(WorkspaceError, match="outside the repository"):
+            w.create_worktree(TARGET_REL, "t", "c0001", {escape: ""})
         with pytest.raises(WorkspaceError, match="relative path"):
-            w.create_worktree(TARGET_REL, "t", "c0001", {"../escape.py": ""})
+            w.create_worktree(TARGET_REL, "t", "c0001", {"/etc/passwd": ""})
 
 
 def test_full_cycle_leaves_user_work_alone(repo: Path) -> None:
