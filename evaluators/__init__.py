@@ -33,6 +33,7 @@ COMMAND_GROUP = "inference_optimizer.commands"
 # The built-in registration: kind -> "module:Class", command -> "module:object".
 _BUILTIN: dict[str, str] = {
     "function": "evaluators.function:FunctionEvaluator",
+    "harness": "evaluators.harness:HarnessEvaluator",
     "kernel": "evaluators.kernels:KernelEvaluator",
     "routing": "evaluators.routing:RoutingEvaluator",
     "speculative": "evaluators.speculative:SpeculativeEvaluator",
