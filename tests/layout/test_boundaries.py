@@ -163,7 +163,7 @@ def _string_constants(path: Path) -> list[tuple[int, str]]:
 
 def test_no_kind_name_in_the_engine() -> None:
     builtin = set(evaluators._BUILTIN)
-    assert builtin == {"function", "kernel", "routing", "speculative"}
+    assert builtin == {"function", "harness", "kernel", "routing", "speculative"}
     found = []
     for path in sorted((ROOT / "optimizer").rglob("*.py")):
         for line, text in _string_constants(path):
