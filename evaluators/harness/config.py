@@ -91,7 +91,7 @@ def parse(raw: Mapping[str, Any]) -> Settings:
         if not isinstance(table, Mapping) or set(table) - keys:
             raise SettingsError(f"prices.{name} takes {', '.join(sorted(keys))}",
                                 f"prices.{name}")
-        vals = {k: _num(table, k, DEFAULT_PRICES[name][k], 0.0, f"prices.{name}.")
+        vals: dict[str, Any] = {k: _num(table, k, DEFAULT_PRICES[name][k], 0.0, f"prices.{name}.")
                 for k in keys}
         rules[name] = replace(base, provider=name, **vals)
     tau = raw.get("taubench", {})

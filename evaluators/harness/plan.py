@@ -57,6 +57,7 @@ def check(plan: Any, past: int, fresh_from: int, max_breakpoints: int) -> tuple[
     last = -1
     for pos, raw in enumerate(raw_items):
         where = f"item {pos}"
+        item: Item
         if isinstance(raw, (list, tuple)):
             if not raw:
                 raise PlanError(f"{where}: empty reference")

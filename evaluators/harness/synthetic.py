@@ -86,6 +86,7 @@ def _result(task: _Task, tool: str, args: dict[str, str]) -> str:
 def _fresh(task: _Task, tool: str, args: dict[str, str]) -> str:
     rng = task.rng
     size = rng.choice((6, 12, 25, 50, 90))
+    out: dict[str, object]
     if tool == "get_ticket":
         out = {"ticket_id": args["ticket_id"], "user_id": task.new_id("usr"),
                "files": [task.path() for _ in range(rng.randint(1, 3))],

@@ -1,11 +1,14 @@
-"""Baseline: the last 5 observations (tool results) verbatim, older ones stubbed."""
-import importlib.util
-from pathlib import Path
+"""Baseline: the last 5 observations verbatim (SWE-agent's history processor): tool results
+older than the last 5 are replaced by a one-line placeholder, re-applied at every call;
+breakpoints after the system prompt and the last message."""
 
-_spec = importlib.util.spec_from_file_location("_masking5", Path(__file__).with_name("_masking.py"))
-_m = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_m)
+N = 5
 
 
 def plan(view):
-    return _m.last_n(view, 5)
+    segs = view["segments"]
+    tools = [s["id"] for s in segs if s["role"] == "tool"]
+    keep = set(tools[-N:])
+    items = [[s["id"], "stub"] if s["role"] == "tool" and s["id"] not in keep
+             else [s["id"], "full"] for s in segs]
+    return {"items": items, "breakpoints": [0, len(items) - 1]}
