@@ -96,6 +96,9 @@ def load_plan(path: Path) -> Any:
 
 class HarnessEvaluator(Evaluator):
     kind = "harness"
+    # per-evaluation state lives in the context and the call's locals; the shared replays,
+    # baseline reports and results are built under a lock or written whole
+    concurrent_evaluations = True
 
     def __init__(self, target: Any):
         super().__init__(target)
