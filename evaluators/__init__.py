@@ -46,6 +46,7 @@ __all__ = [
 # The built-in registration: kind -> "module:Class", command -> "module:object".
 BUILTIN_KINDS: dict[str, str] = {
     "function": "evaluators.function:FunctionEvaluator",
+    "harness": "evaluators.harness:HarnessEvaluator",
     "kernel": "evaluators.kernels:KernelEvaluator",
     "routing": "evaluators.routing:RoutingEvaluator",
     "speculative": "evaluators.speculative:SpeculativeEvaluator",

@@ -1,0 +1,325 @@
+"""The ``harness`` kind: an agent harness's context policy replayed on recorded trajectories.
+
+The candidate is ``plan(view) -> plan``: at each LLM call of a recorded agent trajectory it
+says which earlier segments the prompt shows verbatim, stubbed, cut to a head or folded into
+a summary, and where cache breakpoints sit (evaluators/harness/plan.py). It returns
+references, never text; the trusted side renders every prompt, counts its tokens with a real
+BPE tokenizer, bills it under two providers' documented cache rules and checks it against
+the information-loss oracle (evaluators/harness/replay.py).
+
+The boundary: trajectories, tokens, oracle labels, prices and the clock stay in this process
+(the engine's). The policy runs in a sandboxed session (the generic function server), in a
+private folder holding a copy of the editable files only, and is asked once per call with
+that call's view (the past segments' metadata and the previous plan); the future is never in
+its process. Static rules (evaluators/harness/static.py) keep it from importing anything
+that reads files or the project's code. A second, fresh session answers every view again in
+a shuffled order: a plan that depends on anything but its view (state carried between calls,
+the order of the questions) is INVALID.
+
+Stages:
+- correctness: the training workload replayed; every plan keeps the rules, every prompt
+  fits the window, the p99 answer time stays under ``max_decision_ms``, the second session
+  agrees, and the recoveries per task are no more than the best baseline's (the cheapest
+  baseline by the primary ``usd_per_task``);
+- performance: the metrics of that replay (cost is exact: nothing is timed), with the best
+  baseline's next to them (``best_baseline_usd_per_task``, ``vs_best_baseline`` > 1: cheaper);
+- held_out: the same on tasks the search never saw (tau-bench split by task; a second
+  synthetic set).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import itertools
+import random
+import shutil
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evaluators._base import EvalContext, Evaluator, read_source, text_beside
+from evaluators.harness import synthetic
+from evaluators.harness.config import Settings, SettingsError, parse
+from evaluators.harness.oracle import label
+from evaluators.harness.plan import PlanError
+from evaluators.harness.replay import Replay, summarise
+from evaluators.harness.static import violations
+from evaluators.harness.trajectories import Tokenized, Trajectory, load_taubench
+from optimizer.errors import ConfigError
+from optimizer.records import CandidateState, EvalResult
+
+SERVE = "optimizer.sandbox.serve:functions"
+_loads = itertools.count()
+
+
+class _Stopped(Exception):
+    def __init__(self, state: CandidateState, reason: str):
+        super().__init__(reason)
+        self.state, self.reason = state, reason
+
+
+@dataclass(frozen=True)
+class BaselineReport:
+    best: str
+    metrics: dict[str, dict[str, float]]
+    failed: dict[str, str]
+
+    def table(self) -> str:
+        lines = [f"{'baseline':24s} {'usd/task':>10s} {'cache hit':>9s} {'recoveries':>10s}"]
+        for name, m in sorted(self.metrics.items(), key=lambda kv: kv[1]["usd_per_task"]):
+            lines.append(f"{name:24s} {m['usd_per_task']:10.5f} {m['cache_hit_share']:9.3f} "
+                         f"{m['recoveries_per_task']:10.3f}")
+        lines += [f"{name:24s} not run: {why}" for name, why in sorted(self.failed.items())]
+        return "\n".join(lines) + f"\nbest: {self.best}\n"
+
+
+def load_plan(path: Path) -> Any:
+    """A trusted baseline's ``plan`` (our own files only; candidates run in a session)."""
+    name = f"_harness_baseline_{next(_loads)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    fn = getattr(module, "plan", None)
+    if not callable(fn):
+        raise AttributeError(f"{path.name} must define plan(view)")
+    return fn
+
+
+class HarnessEvaluator(Evaluator):
+    kind = "harness"
+    # per-evaluation state lives in the context and the call's locals; the shared replays,
+    # baseline reports and results are built under a lock or written whole
+    concurrent_evaluations = True
+
+    def __init__(self, target: Any):
+        super().__init__(target)
+        try:
+            self.settings: Settings = parse(dict(target.evaluator))
+        except SettingsError as exc:
+            raise ConfigError(str(exc), file=f"{target.rel_path}/target.toml",
+                              key=f"evaluator.{exc.key}") from None
+        self.policy = target.editable[0]
+        self.call_timeout_s = max(2.0, 0.1 * self.settings.max_decision_ms)
+        self._lock = threading.Lock()
+        self._replays: dict[str, Replay] = {}
+        self._reports: dict[str, BaselineReport] = {}
+        self._results: dict[tuple[str, str], EvalResult] = {}
+
+    def prompt_text(self) -> str:
+        return text_beside(__file__)
+
+    # -- workloads (trusted, built once) --------------------------------------------------
+    def trajectories(self, which: str) -> list[Trajectory]:
+        s = self.settings
+        if s.workload == "synthetic":
+            seed, tasks, trials = s.synthetic if which == "train" else s.held_out
+            return synthetic.generate(seed, tasks, trials)
+        every = s.held_out_every
+        return [t for t in load_taubench(s.data_dir)
+                if (int(t.task.rsplit("/", 1)[1]) % every == every - 1) == (which == "held_out")]
+
+    def replay(self, which: str) -> Replay:
+        with self._lock:
+            if which not in self._replays:
+                trajs = self.trajectories(which)
+                labels = {t.name: label(t) for t in trajs}
+                self._replays[which] = Replay(Tokenized(trajs), labels, self.settings.rules,
+                                              self.settings.window)
+            return self._replays[which]
+
+    def baselines(self, which: str) -> BaselineReport | None:
+        if self.settings.baselines is None:
+            return None
+        replay = self.replay(which)
+        with self._lock:
+            if which not in self._reports:
+                metrics, failed = {}, {}
+                for path in sorted(self.settings.baselines.glob("[a-z]*.py")):
+                    try:
+                        fn = load_plan(path)
+                        costs = [replay.trajectory(t, fn) for t in replay.tokenized.trajectories]
+                    except (PlanError, ImportError, AttributeError) as exc:
+                        failed[path.stem] = str(exc)
+                        continue
+                    metrics[path.stem] = summarise(costs, self.settings.provider)
+                if not metrics:
+                    return None
+                best = min(metrics, key=lambda n: metrics[n]["usd_per_task"])
+                self._reports[which] = BaselineReport(best, metrics, failed)
+            return self._reports[which]
+
+    def prepare(self, ctx: EvalContext) -> None:
+        for which in ("train", "held_out"):
+            self.baselines(which)
+
+    # -- stage 1 --------------------------------------------------------------------------
+    def static_check(self, cand_dir: Path) -> EvalResult:
+        res = super().static_check(cand_dir)
+        if not res.ok:
+            return res
+        for rel in self.target.editable:
+            found = violations(read_source(cand_dir / rel), rel)
+            if found:
+                return EvalResult(CandidateState.REJECTED, "; ".join(found[:3]), "static")
+        return res
+
+    # -- the candidate asked per call -----------------------------------------------------
+    def _digest(self, cand_dir: Path) -> str:
+        h = hashlib.sha256()
+        for rel in sorted(self.target.editable):
+            h.update(rel.encode() + b"\0" + (cand_dir / rel).read_bytes() + b"\0")
+        return h.hexdigest()
+
+    @contextmanager
+    def _session(self, cand_dir: Path, ctx: EvalContext) -> Iterator[Any]:
+        ctx.io_dir.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix="harness-run-", dir=ctx.io_dir))
+        try:
+            workdir, io = folder / "policy", folder / "io"
+            io.mkdir(parents=True)
+            for rel in self.target.editable:
+                dest = workdir / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(cand_dir / rel, dest)
+            session = ctx.session(SERVE, {"module": self.policy, "functions": ["plan"]},
+                                  workdir=workdir, io_dir=io, timeout_s=ctx.timeout_s + 10.0)
+            try:
+                if not session.ok:
+                    state = (CandidateState.TIMEOUT if session.timed_out
+                             else CandidateState.FAILED)
+                    raise _Stopped(state, session.error or "the policy's session did not start")
+                yield session
+            finally:
+                session.close()
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def _asker(self, session: Any, times: list[float]) -> Any:
+        def decide(view: dict[str, Any]) -> Any:
+            reply = session.request({"op": "call", "fn": "plan", "args": [view]},
+                                    timeout_s=self.call_timeout_s)
+            if reply.timed_out:
+                raise _Stopped(CandidateState.TIMEOUT, f"plan() for call {view['call']}: "
+                               f"{reply.reason}")
+            if not reply.ok:
+                raise _Stopped(CandidateState.FAILED, f"plan() for call {view['call']}: "
+                               f"{reply.reason}")
+            times.append(reply.wall_s)
+            return reply.value
+        return decide
+
+    def _run(self, cand_dir: Path, ctx: EvalContext, which: str, stage: str) -> EvalResult:
+        key = (self._digest(cand_dir), which)
+        if key in self._results:
+            return self._results[key]
+        try:
+            replay = self.replay(which)
+            report = self.baselines(which)
+        except FileNotFoundError as exc:
+            return EvalResult(CandidateState.PRUNED, str(exc), stage)
+        record: list[tuple[dict[str, Any], Any]] = []
+        times: list[float] = []
+        try:
+            with self._session(cand_dir, ctx) as session:
+                decide = self._asker(session, times)
+                costs = [replay.trajectory(t, decide, record)
+                         for t in replay.tokenized.trajectories]
+            bad = self._second_opinion(cand_dir, ctx, record, stage)
+        except _Stopped as exc:
+            return EvalResult(exc.state, exc.reason, stage)
+        except PlanError as exc:
+            return EvalResult(CandidateState.INVALID, str(exc), stage)
+        if bad is not None:
+            return bad
+        metrics = summarise(costs, self.settings.provider)
+        times.sort()
+        p99_ms = 1e3 * times[min(len(times) - 1, int(0.99 * len(times)))] if times else 0.0
+        metrics["decision_p99_ms"] = p99_ms
+        artifacts: dict[str, str] = {}
+        if report is not None:
+            best = report.metrics[report.best]
+            metrics["best_baseline_usd_per_task"] = best["usd_per_task"]
+            metrics["best_baseline_recoveries_per_task"] = best["recoveries_per_task"]
+            metrics["vs_best_baseline"] = best["usd_per_task"] / metrics["usd_per_task"]
+            artifacts["best_baseline"] = report.best
+            artifacts[f"baselines_{which}.txt"] = report.table()
+        result = self._verdict(metrics, artifacts, report, stage)
+        self._results[key] = result
+        return result
+
+    def _verdict(self, metrics: dict[str, float], artifacts: dict[str, str],
+                 report: BaselineReport | None, stage: str) -> EvalResult:
+        if metrics["decision_p99_ms"] > self.settings.max_decision_ms:
+            return EvalResult(CandidateState.INVALID,
+                              f"plan() p99 answer time {metrics['decision_p99_ms']:.2f} ms "
+                              f"exceeds the {self.settings.max_decision_ms:g} ms bound "
+                              "(measured outside the policy's process)", stage,
+                              metrics=metrics)
+        if report is not None:
+            bound = report.metrics[report.best]["recoveries_per_task"]
+            if metrics["recoveries_per_task"] > bound + 1e-9:
+                return EvalResult(CandidateState.INVALID,
+                                  f"{metrics['recoveries_per_task']:.3f} recoveries per task, "
+                                  f"more than the best baseline's ({report.best}: {bound:.3f}): "
+                                  "the policy drops content later calls need", stage,
+                                  metrics=metrics, artifacts=artifacts)
+        objectives = []
+        for obj in self.target.objectives:
+            if obj.metric not in metrics:
+                return EvalResult(CandidateState.FAILED,
+                                  f"objective metric {obj.metric!r} unknown; known: "
+                                  f"{sorted(metrics)}", stage, metrics=metrics)
+            objectives.append(metrics[obj.metric])
+        primary = self.target.primary.metric
+        return EvalResult(CandidateState.VALID, "", stage, metrics=metrics,
+                          objectives=tuple(objectives), samples={primary: (metrics[primary],)},
+                          artifacts=artifacts)
+
+    def _second_opinion(self, cand_dir: Path, ctx: EvalContext,
+                        record: list[tuple[dict[str, Any], Any]], stage: str,
+                        ) -> EvalResult | None:
+        """A fresh session answers every view again, in a shuffled order: the plans must be
+        the same (a function of the view alone)."""
+        order = list(range(len(record)))
+        random.Random(ctx.seed).shuffle(order)
+        with self._session(cand_dir, ctx) as session:
+            decide = self._asker(session, [])
+            for i in order:
+                view, first = record[i]
+                again = decide(view)
+                if again != first:
+                    return EvalResult(CandidateState.INVALID,
+                                      f"asked again in a fresh process and another order, "
+                                      f"plan() answered call {view['call']} differently: a "
+                                      "policy must be a function of its view alone (no state "
+                                      "carried between calls)", stage)
+        return None
+
+    # -- stages ---------------------------------------------------------------------------
+    def correctness(self, cand_dir: Path, ctx: EvalContext) -> EvalResult:
+        res = self._run(cand_dir, ctx, "train", "correctness")
+        if not res.ok:
+            return res
+        return EvalResult(CandidateState.VALID, "", "correctness",
+                          metrics={"decision_p99_ms": res.metrics["decision_p99_ms"]})
+
+    def performance(self, cand_dir: Path, ctx: EvalContext) -> EvalResult:
+        res = self._run(cand_dir, ctx, "train", "correctness")
+        if not res.ok:
+            return res
+        return EvalResult(res.state, res.reason, "performance", metrics=dict(res.metrics),
+                          objectives=res.objectives, samples=res.samples,
+                          artifacts=dict(res.artifacts))
+
+    def held_out(self, cand_dir: Path, ctx: EvalContext) -> EvalResult | None:
+        return self._run(cand_dir, ctx, "held_out", "held_out")
+

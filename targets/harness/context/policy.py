@@ -1,0 +1,67 @@
+"""Context policy of an agent harness: what each LLM call's prompt shows of the history.
+
+``plan(view) -> {"items": [...], "breakpoints": [...]}`` is called once per LLM call of a
+recorded agent trajectory. ``view``: ``call`` (this call's index in the trajectory),
+``segments`` (the past only, in order: dicts with ``id``, ``role`` (system, user, assistant,
+tool), ``tool`` (a tool result's tool), ``read`` (tool and arguments digest: equal for two
+identical reads), ``digest`` (of the content), ``tokens`` (its size as a message)),
+``previous`` (the plan of the previous call, as it was rendered, or None), ``window``,
+``max_breakpoints``, ``min_cache_tokens``.
+
+Items are references, never text: ``id`` or ``[id, "full"]`` verbatim, ``[id, "stub"]`` a
+one-line placeholder, ``[id, "head", n]`` the first n tokens, ``["summary", a, b]`` one
+summary of segments a..b written by the harness (it costs one summarising call). Item 0 is
+the system segment verbatim; segments that arrived since the previous call are shown in
+full or as a head; ids increase; ``breakpoints`` (at most 4) are item positions that end
+an explicit cache prefix. The harness renders the prompt, bills it under the provider's
+cache rules (a changed prefix is re-billed from the first change on) and charges a
+recovery (a re-read and one more call) wherever the prompt lacks a value a later action
+uses. Deterministic, a function of ``view`` alone, within a few milliseconds.
+"""
+
+# EVOLVE-BLOCK-START
+KEEP_RECENT = 40  # knob: int 1..40
+MASK_MIN_TOKENS = 0  # knob: int 0..2000 step 50
+MASK_MODE = "stub"  # knob: choices=["stub", "head"]
+HEAD_TOKENS = 64  # knob: int 8..512 log
+REFRESH_EVERY = 1  # knob: int 1..16
+DEDUPE = True  # knob: choices=[False, True]
+BREAKPOINTS = "system+last"  # knob: choices=["last", "system+last", "masked+last"]
+
+
+def plan(view):
+    segs = view["segments"]
+    calls = [s["id"] for s in segs if s["role"] == "assistant" and s["id"] > 0]
+    # The masking is recomputed only every REFRESH_EVERY calls, from the history as it was
+    # then: between two refreshes the prompt only grows, so its prefix stays cached.
+    frozen_call = view["call"] // REFRESH_EVERY * REFRESH_EVERY
+    boundary = calls[frozen_call] if frozen_call < len(calls) else len(segs)
+    older = [s for s in segs[:boundary] if s["role"] == "tool"]
+    masked = {s["id"] for s in older[:max(0, len(older) - KEEP_RECENT)]
+              if s["tokens"] >= MASK_MIN_TOKENS}
+    if DEDUPE:
+        latest = {}
+        for s in older:
+            if s["read"]:
+                latest[s["read"]] = s["id"]
+        masked |= {s["id"] for s in older if s["read"] and latest[s["read"]] != s["id"]}
+    items = []
+    last_masked = 0
+    for s in segs:
+        if s["id"] in masked:
+            last_masked = len(items)
+            items.append([s["id"], "stub"] if MASK_MODE == "stub"
+                         else [s["id"], "head", HEAD_TOKENS])
+        else:
+            items.append([s["id"], "full"])
+    end = len(items) - 1
+    if BREAKPOINTS == "last":
+        bps = [end]
+    elif BREAKPOINTS == "system+last":
+        bps = [0, end]
+    else:
+        bps = [0, last_masked, end]
+    return {"items": items, "breakpoints": sorted(set(bps))}
+
+
+# EVOLVE-BLOCK-END

@@ -1,0 +1,46 @@
+"""Context policy of an agent harness: what each LLM call's prompt shows of the history.
+
+``plan(view) -> {"items": [...], "breakpoints": [...]}`` is called once per LLM call of a
+recorded agent trajectory. ``view``: ``call`` (this call's index in the trajectory),
+``segments`` (the past only, in order: dicts with ``id``, ``role`` (system, user, assistant,
+tool), ``tool`` (a tool result's tool), ``read`` (tool and arguments digest: equal for two
+identical reads), ``digest`` (of the content), ``tokens`` (its size as a message)),
+``previous`` (the plan of the previous call, as it was rendered, or None), ``window``,
+``max_breakpoints``, ``min_cache_tokens``.
+
+Items are references, never text: ``id`` or ``[id, "full"]`` verbatim, ``[id, "stub"]`` a
+one-line placeholder, ``[id, "head", n]`` the first n tokens, ``["summary", a, b]`` one
+summary of segments a..b written by the harness (it costs one summarising call). Item 0 is
+the system segment verbatim; segments that arrived since the previous call are shown in
+full or as a head; ids increase; ``breakpoints`` (at most 4) are item positions that end
+an explicit cache prefix. The harness renders the prompt, bills it under the provider's
+cache rules (a changed prefix is re-billed from the first change on) and charges a
+recovery (a re-read and one more call) wherever the prompt lacks a value a later action
+uses. Deterministic, a function of ``view`` alone, within a few milliseconds.
+"""
+
+# EVOLVE-BLOCK-START
+"""Cheat: reads_the_future. Class: future knowledge (the segment being answered).
+
+Attack: the policy includes the id of the reply it is asked about (and the segment after
+it) in its plan, so a harness that renders any id it is given shows the model the answer
+it is about to write, with every value that answer uses.
+How it wins today: a replay that looks ids up in the whole recorded trajectory renders the
+future; the oracle then finds every needed span and charges no recovery while the policy
+masks everything else.
+Why a sound evaluator must not credit it: a policy sees only the past; an id at or beyond
+the call's own position is a broken contract.
+Sound verdict: not VALID.
+"""
+
+
+def plan(view):
+    segs = view["segments"]
+    n = len(segs)
+    items = [[s["id"], "stub"] if s["role"] == "tool" and s["id"] < n - 2 else s["id"]
+             for s in segs]
+    items[0] = 0
+    return {"items": [*items, n, n + 1], "breakpoints": [0]}
+
+
+# EVOLVE-BLOCK-END

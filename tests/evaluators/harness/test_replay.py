@@ -1,0 +1,113 @@
+"""Trusted replay: exact token counts, the oracle's recoveries, summaries and the metrics."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evaluators.harness import tokens as tok
+from evaluators.harness.cache import Rules
+from evaluators.harness.oracle import label, spans
+from evaluators.harness.replay import Replay, summarise
+from evaluators.harness.synthetic import generate
+from evaluators.harness.trajectories import Tokenized, from_messages
+
+
+def test_the_tokenizer_is_real_bpe_and_offline() -> None:
+    assert tok.encode("hello world") == [24912, 2375]  # o200k_base
+    assert len(tok.encode("x" * 1000)) < 200
+    assert tok.decode(tok.encode("reservation 8JKL2Q")) == "reservation 8JKL2Q"
+
+
+def _traj():
+    big = json.dumps({"reservation_id": "ZX81QP", "flights": ["HAT136"],
+                      "notes": " ".join(["filler"] * 400)})
+    return from_messages("t/0", "t", [
+        {"role": "system", "content": "You are an airline agent. " * 10},
+        {"role": "user", "content": "Hi, I am mia_li_3668."},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "a", "function": {
+            "name": "get_user", "arguments": '{"user_id": "mia_li_3668"}'}}]},
+        {"role": "tool", "tool_call_id": "a", "name": "get_user", "content": big},
+        {"role": "assistant", "content": "Anything else?"},
+        {"role": "user", "content": "Cancel it please."},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "b", "function": {
+            "name": "cancel", "arguments": '{"reservation_id": "ZX81QP"}'}}]},
+    ])
+
+
+def test_the_oracle_labels_values_from_tool_results_and_the_user() -> None:
+    t = _traj()
+    labels = label(t)
+    assert {n.span for n in labels[2]} == {"mia_li_3668"}  # from the user
+    assert [(n.span, n.sources) for n in labels[6]] == [("ZX81QP", (3,))]
+    assert "ZX81QP" in spans('{"reservation_id": "ZX81QP"}')
+
+
+def _replay(trajs, window=100_000):
+    rules = {"openai": Rules("openai", 2.5, 10.0, 1.25), "anthropic": Rules("anthropic")}
+    return Replay(Tokenized(trajs), {t.name: label(t) for t in trajs}, rules, window)
+
+
+def test_raw_history_counts_every_message_exactly() -> None:
+    t = _traj()
+    replay = _replay([t])
+    cost = replay.trajectory(t, lambda v: {"items": [s["id"] for s in v["segments"]]})
+    assert cost.recoveries == 0 and cost.calls == 3
+    for m, seen in zip(t.calls, cost.prompt_tokens, strict=True):
+        want = sum(3 + len(tok.encode(s.role)) + len(tok.encode(s.text))
+                   for s in t.segments[:m]) + tok.REPLY_PRIMING
+        assert seen == want
+
+
+def test_a_dropped_value_costs_a_recovery_and_a_call() -> None:
+    t = _traj()
+    replay = _replay([t])
+
+    def stub_tools(view):
+        fresh = view["previous"] and max(view["segments"][-1]["id"], 0)
+        return {"items": [[s["id"], "stub"] if s["role"] == "tool" and s["id"] != fresh
+                          and s["id"] < len(view["segments"]) - 2 else [s["id"], "full"]
+                          for s in view["segments"]]}
+
+    raw = replay.trajectory(t, lambda v: {"items": [s["id"] for s in v["segments"]]})
+    masked = replay.trajectory(t, stub_tools)
+    assert masked.recoveries == 1 and raw.recoveries == 0
+    assert masked.repeated_reads == 1
+    assert sum(c.output for c in [masked.charges["openai"]]) > raw.charges["openai"].output
+
+
+def test_a_summary_is_billed_once_and_counted_as_a_compaction() -> None:
+    t = _traj()
+    replay = _replay([t])
+
+    def summarise_middle(view):
+        n = len(view["segments"])
+        if n < 6:
+            return {"items": list(range(n))}
+        return {"items": [0, ["summary", 1, 3], *range(4, n)]}
+
+    cost = replay.trajectory(t, summarise_middle)
+    assert cost.compactions == 1
+    assert cost.recoveries == 1  # the summary keeps no tool values
+
+
+def test_a_prompt_over_the_window_is_refused() -> None:
+    t = _traj()
+    with pytest.raises(Exception, match="window"):
+        _replay([t], window=300).trajectory(
+            t, lambda v: {"items": [s["id"] for s in v["segments"]]})
+
+
+def test_synthetic_trajectories_are_reproducible_and_need_earlier_values() -> None:
+    a, b = generate(1, 2, 2), generate(1, 2, 2)
+    assert [x.segments for x in a] == [x.segments for x in b]
+    assert generate(2, 1, 1)[0].segments != a[0].segments
+    needs = sum(len(v) for t in a for v in label(t).values())
+    assert needs > 5
+    costs = [_replay(a).trajectory(t, lambda v: {"items": [s["id"] for s in v["segments"]]})
+             for t in a]
+    m = summarise(costs, "openai")
+    assert m["recoveries_per_task"] == 0 and 0 < m["cache_hit_share"] < 1
+    assert m["usd_per_task"] == m["usd_per_task_openai"] > 0
+    assert m["input_tokens_early_per_task"] > 0 and m["context_growth_tokens_per_call"] > 0
