@@ -54,7 +54,9 @@ def _triple(raw: Any, key: str, default: tuple[int, int, int]) -> tuple[int, int
     if raw is None:
         return default
     if not isinstance(raw, Mapping) or set(raw) - {"seed", "tasks", "trials"}:
-        raise SettingsError(f"{key} must be a table of seed, tasks, trials", key)
+        extra = sorted(set(raw) - {"seed", "tasks", "trials"}) if isinstance(raw, Mapping) else []
+        raise SettingsError(f"{key} must be a table of seed, tasks, trials"
+                            + (f"; unknown: {', '.join(extra)}" if extra else ""), key)
     out = []
     for name, d in zip(("seed", "tasks", "trials"), default, strict=True):
         v = raw.get(name, d)
@@ -96,7 +98,9 @@ def parse(raw: Mapping[str, Any]) -> Settings:
         rules[name] = replace(base, provider=name, **vals)
     tau = raw.get("taubench", {})
     if not isinstance(tau, Mapping) or set(tau) - {"held_out_every"}:
-        raise SettingsError("taubench takes held_out_every", "taubench")
+        extra = sorted(set(tau) - {"held_out_every"}) if isinstance(tau, Mapping) else []
+        raise SettingsError("taubench takes held_out_every"
+                            + (f"; unknown: {', '.join(extra)}" if extra else ""), "taubench")
     every = tau.get("held_out_every", 5)
     if isinstance(every, bool) or not isinstance(every, int) or every < 2:
         raise SettingsError("taubench.held_out_every must be an integer >= 2",

@@ -115,8 +115,11 @@ class KernelConfig:
         if not isinstance(dropped, dict) or not all(
                 d in numerics.DISTRIBUTIONS and isinstance(why, str)
                 for d, why in dropped.items()):
+            bad = [d for d in dropped if d not in numerics.DISTRIBUTIONS] if isinstance(
+                dropped, dict) else []
             raise ConfigError("[evaluator.dropped] maps a distribution to why it is not used, "
-                              f"e.g. offset = \"...\"; known: {numerics.DISTRIBUTIONS}",
+                              f"e.g. offset = \"...\"; known: {numerics.DISTRIBUTIONS}"
+                              + (f"; unknown: {', '.join(map(repr, bad))}" if bad else ""),
                               file=where, key="evaluator.dropped")
         both = sorted(set(dropped) & set(dists))
         if both:

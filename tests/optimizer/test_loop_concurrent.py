@@ -54,6 +54,10 @@ def _timed_repo(toy_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     import subprocess
 
     (toy_repo / "targets/function/toy/evaluate.py").write_text(evaluate)
+    # the whole evaluate() is the timed phase, as in a target that times its program
+    # (a deterministic target's evaluations would otherwise hold no timing lock)
+    toml = toy_repo / "targets/function/toy/target.toml"
+    toml.write_text(toml.read_text() + '\n[evaluator]\ntimed = "evaluate"\n')
     subprocess.run(["git", "-C", str(toy_repo), "-c", "user.name=t", "-c", "user.email=t@t",
                     "commit", "-qam", "timed toy"], check=True)
     monkeypatch.setenv("TOY_EVAL_LOG", str(tmp_path / "evals.jsonl"))
