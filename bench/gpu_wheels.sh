@@ -2,8 +2,9 @@
 # Fills .whl/ with every wheel the GPU scripts install on a machine without a package index
 # (bench/gpu_env.sh installs them): the engine's dependencies that an image with PyTorch,
 # numpy, safetensors, tiktoken and transformers lacks (optuna, mlflow, gitpython and
-# theirs), and the production rivals that are pure-Python wheels (Liger-Kernel; its
-# runtime needs, torch, triton and packaging, are on such an image). Each wheel is named
+# theirs), the production rivals that are pure-Python wheels (Liger-Kernel; its
+# runtime needs, torch, triton and packaging, are on such an image), and pytest with
+# hypothesis for the suite's GPU-marked tests. Each wheel is named
 # with its version and fetched without dependencies, for CPython 3.12 on x86-64 Linux.
 #
 #   bash bench/gpu_wheels.sh [DIR]     # default .whl
@@ -32,6 +33,9 @@ wheels=(
     uvicorn==0.55.0 wcwidth==0.9.4
     # the production rivals
     liger-kernel==0.8.5
+    # the test runner, for the suite's GPU-marked tests (bench/gpu_tests.sh)
+    pytest==9.2.0 pluggy==1.7.0 iniconfig==2.3.1 hypothesis==6.170.27 sortedcontainers==2.4.0
+    attrs==26.1.0
 )
 mkdir -p "$dir"
 $py -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
