@@ -122,6 +122,8 @@ class Session:
             return f"the program failed at import: {message['error']}\n{tb[-2000:]}".strip()
         self.launch.kill_child(self.pid)
         res = self.close()
+        if res.timed_out:  # the launch's own limit killed it before the ready wait ended
+            self.timed_out = True
         if self.timed_out:
             return f"not ready within {time.perf_counter() - self._start:.1f} s (killed)"
         return res.error or "the sandboxed process ended before it was ready"

@@ -164,6 +164,17 @@ def test_an_import_failure_is_a_reason(sandbox, tmp_path: Path) -> None:
     s.close()
 
 
+def test_a_start_the_launch_limit_ends_is_a_timeout(sandbox) -> None:
+    # the process's own limit kills it before the ready wait gives up: still a timeout,
+    # never a failure (the race once made a hanging policy FAILED instead of TIMEOUT)
+    sb, workdir, io = sandbox
+    (workdir / "slow.py").write_text("import time\ntime.sleep(60)\n")
+    s = sb.open_session("optimizer.sandbox.serve:functions", {"module": "slow.py"},
+                        workdir=workdir, io_dir=io, timeout_s=1.0, ready_timeout_s=30.0)
+    assert not s.ok and s.timed_out and "not ready" in s.error, s.error
+    s.close()
+
+
 def test_a_spinning_session_answers_as_a_blocking_one(sandbox) -> None:
     sb, workdir, io = sandbox
     with _open(sb, workdir, io, shm_bytes=1 << 22, spin_s=0.005) as s:
