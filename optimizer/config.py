@@ -52,6 +52,10 @@ class OfflineConfig:
     max_mutations: int = 2
 
 
+# the names of optimizer/proposers/context.py's policies (that module tests they agree)
+CONTEXT_POLICIES = ("append-only", "masked", "sliding")
+
+
 @dataclass(frozen=True)
 class LLMConfig:
     """``[proposer.llm]`` of an experiment file; every key is a field of the same name."""
@@ -77,6 +81,9 @@ class LLMConfig:
     # previous call's prefix (bench/prompt_cache_share.py), and the model sees more outcomes.
     max_feedback: int = 12
     max_inspirations: int = 3
+    # which past candidates each prompt shows, and how (optimizer/proposers/context.py):
+    # "append-only", "masked" (append-only, the previous epoch's reports left out), "sliding"
+    context: str = "append-only"
     max_artifact_chars: int = 800  # per artifact (validation report, log) in the prompt
 
     def __post_init__(self) -> None:
@@ -85,6 +92,9 @@ class LLMConfig:
             raise ValueError('models: each entry is a pair ["model-name", weight]')
         models = tuple((str(name), float(weight)) for name, weight in pairs)
         object.__setattr__(self, "models", models)
+        if self.context not in CONTEXT_POLICIES:
+            raise ValueError(f"context must be one of {', '.join(CONTEXT_POLICIES)}, not "
+                             f"{self.context!r}")
         if self.selection not in ("weights", "bandit"):
             raise ValueError(f"selection must be 'weights' or 'bandit', not {self.selection!r}")
         if any(w <= 0 or not math.isfinite(w) for _, w in models):

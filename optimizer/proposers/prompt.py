@@ -20,6 +20,7 @@ from optimizer.config import LLMConfig
 from optimizer.edits import apply_edits, parse_edits
 from optimizer.errors import EditError
 from optimizer.proposers._base import ProposalContext
+from optimizer.proposers.context import ContextPolicy, epoch_start, policy
 from optimizer.records import ArchiveEntry, CandidateState, program_metrics
 from optimizer.targets import TargetSpec
 
@@ -213,22 +214,23 @@ def feedback_window(history: Sequence[ArchiveEntry], shown: int) -> list[Archive
     between ``shown // 2 + 1`` and ``shown`` entries are shown, and successive calls share
     everything but the newly appended ones.
     """
-    epoch = max(1, shown // 2)
-    n = len(history)
-    start = max(0, ((n - 1) // epoch) * epoch - epoch) if n else 0
-    return list(history[start:])
+    return list(history[epoch_start(len(history), shown):])
 
 
-def _feedback_item(e: ArchiveEntry, limit: int) -> str:
+def _feedback_item(e: ArchiveEntry, limit: int, brief: bool = False) -> str:
     # Rendered the same wherever the entry sits in the list, so that an entry's text stays
-    # identical from call to call (and cached).
+    # identical from call to call (and cached). A brief entry keeps its verdict, the first
+    # line of its reason and its metrics.
     item = [f"## {_entry_line(e)}"]
     if e.reason:
-        item.append(f"Reason: {_clip(e.reason, limit)}")
+        reason = e.reason.strip().splitlines()[0] if brief else e.reason
+        item.append(f"Reason: {_clip(reason, limit)}")
     if e.metrics:
         item.append(f"Metrics: {_numbers(program_metrics(e.metrics))}")
-    if e.state is not CandidateState.VALID:  # the validation report or log says why
+    if e.state is not CandidateState.VALID and not brief:  # the report or log says why
         item += [f"{name}:\n{_clip(text, limit)}" for name, text in sorted(e.artifacts.items())]
+    elif e.state is not CandidateState.VALID and e.artifacts:
+        item.append(f"(reports left out: {', '.join(sorted(e.artifacts))})")
     return "\n".join(item)
 
 
@@ -328,6 +330,7 @@ def user_prompt(
     settings: LLMConfig,
     history: Sequence[ArchiveEntry] | None = None,
     inspirations: Sequence[ArchiveEntry] | None = None,
+    context: ContextPolicy | None = None,
 ) -> str:
     """The varying part, least often changed first: inspirations, feedback, the parent.
 
@@ -339,14 +342,18 @@ def user_prompt(
 
     ``history`` is the target's candidates so far, oldest first (the proposer keeps it);
     without it, ``ctx.feedback`` (newest first) is used. ``inspirations`` default to the
-    context's.
+    context's. ``context`` is the context policy (default: the settings' ``context``).
     """
     limit = settings.max_artifact_chars
     if history is None:
         history = list(reversed(ctx.feedback))
     if inspirations is None:
         inspirations = ctx.inspirations[: settings.max_inspirations]
-    feedback = [_feedback_item(e, limit) for e in feedback_window(history, settings.max_feedback)]
+    context = context or policy(settings.context)
+    most, n = settings.max_feedback, len(history)
+    first = context.window(n, most)
+    feedback = [_feedback_item(history[i], limit, context.brief(i, n, most))
+                for i in range(first, n)]
     shown = [_inspiration_item(e, ctx.seed.files, limit) for e in inspirations]
     return Template(_template("task.txt")).substitute(
         parent_id=ctx.parent.id,
@@ -393,6 +400,7 @@ class PromptBook:
 
     def __init__(self, settings: LLMConfig) -> None:
         self.settings = settings
+        self.context = policy(settings.context)
         self._system: dict[str, str] = {}
         self._history: dict[str, list[ArchiveEntry]] = {}  # per target, oldest first
         # per target: (first history index of the epoch, the inspirations frozen for it)
@@ -408,17 +416,17 @@ class PromptBook:
         history = self._history.setdefault(target.name, [])
         known = {e.id for e in history}
         history += [e for e in reversed(context.feedback) if e.id not in known]
-        start = len(history) - len(feedback_window(history, s.max_feedback))
+        start = self.context.window(len(history), s.max_feedback)
         epoch = self._epoch.get(target.name)
         offered = tuple(context.inspirations[: s.max_inspirations])
-        if epoch is None or (not epoch[1] and offered):
+        if epoch is None or (not epoch[1] and offered) or not self.context.frozen_inspirations:
             epoch = (start, offered)
         elif epoch[0] != start:
             # A new epoch: take the context's inspirations only if they hold a better
             # candidate than the ones shown; otherwise the unchanged text stays cached.
             epoch = (start, offered if _better(offered, epoch[1], target) else epoch[1])
         self._epoch[target.name] = epoch
-        user = user_prompt(context, s, history, epoch[1])
+        user = user_prompt(context, s, history, epoch[1], self.context)
         return [
             {"role": "system", "content": self._system[target.name]},
             {"role": "user", "content": user},
