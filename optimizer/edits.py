@@ -230,20 +230,12 @@ class _Answer:
         self.n_block += 1
         where = f"SEARCH/REPLACE block {self.n_block} (answer line {i + 1})"
         path = self._block_path(i, where)
-        k = self._mark(i + 1, _DIVIDER_RE, (_SEARCH_RE, _REPLACE_RE))
-        if k is None:
-            raise EditError(
-                f"{where} for {path}: unterminated, no '{DIVIDER_MARK}' line after "
-                f"'{SEARCH_MARK}'; every block needs SEARCH, {DIVIDER_MARK} and REPLACE",
-                file=path,
-            )
-        m = self._mark(k + 1, _REPLACE_RE, (_SEARCH_RE, _DIVIDER_RE))
-        if m is None:
-            raise EditError(
-                f"{where} for {path}: unterminated, no '{REPLACE_MARK}' line after "
-                f"'{DIVIDER_MARK}' (was the answer cut off?)",
-                file=path,
-            )
+        k = self._mark(i + 1, _DIVIDER_RE, (_SEARCH_RE, _REPLACE_RE), path,
+                       f"{where} for {path}: unterminated, no '{DIVIDER_MARK}' line after "
+                       f"'{SEARCH_MARK}'; every block needs SEARCH, {DIVIDER_MARK} and REPLACE")
+        m = self._mark(k + 1, _REPLACE_RE, (_SEARCH_RE, _DIVIDER_RE), path,
+                       f"{where} for {path}: unterminated, no '{REPLACE_MARK}' line after "
+                       f"'{DIVIDER_MARK}' (was the answer cut off?)")
         lines = self.lines
         search, replace = "".join(lines[i + 1 : k]), "".join(lines[k + 1 : m])
         if path in self.rewrites:
@@ -275,17 +267,16 @@ class _Answer:
             raise _not_editable(name, self.editable, where)
         return resolved
 
-    def _mark(
-        self, start: int, want: re.Pattern[str], stop: tuple[re.Pattern[str], ...]
-    ) -> int | None:
-        """The first line from ``start`` that ``want`` matches, unless one of ``stop``
-        matches first (or the answer ends): then None."""
+    def _mark(self, start: int, want: re.Pattern[str], stop: tuple[re.Pattern[str], ...],
+              path: str, unterminated: str) -> int:
+        """The first line from ``start`` that ``want`` matches; an EditError saying
+        ``unterminated`` when one of ``stop`` matches first or the answer ends."""
         for k in range(start, len(self.lines)):
             if want.match(self.lines[k]):
                 return k
             if any(p.match(self.lines[k]) for p in stop):
-                return None
-        return None
+                break
+        raise EditError(unterminated, file=path)
 
     def _fenced(self, i: int, ticks: int) -> int:
         """The code block opening at line ``i``: a whole-file rewrite when the line before
