@@ -54,10 +54,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+_Subcommands = argparse._SubParsersAction  # the object add_subparsers returns
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="optimizer", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
+    _add_run(sub)
+    _add_worker(sub)
+    _add_evaluate(sub)
+    _add_publish(sub)
+    _add_readers(sub)
+    _add_kinds_commands(sub)
+    return p
 
+
+def _add_overrides(parser: argparse.ArgumentParser, help_: str) -> None:
+    """``--set KEY=VALUE``, repeatable, into ``args.overrides``."""
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help_
+    )
+
+
+def _add_run(sub: _Subcommands) -> None:
     run = sub.add_parser("run", help="run an experiment (the nightly job)")
     run.add_argument("experiment", type=Path, nargs="?", default=None,
                      help=f"experiment file (default {DEFAULT_EXPERIMENT}; none with --target)")
@@ -65,14 +84,7 @@ def _parser() -> argparse.ArgumentParser:
                      metavar="PATH", help="a target folder to run a night on without an "
                      "experiment file (repeatable; every setting at its default, --set "
                      "changes any)")
-    run.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override any experiment or target setting (repeatable)",
-    )
+    _add_overrides(run, "override any experiment or target setting (repeatable)")
     run.add_argument(
         "--resume", action="store_true", help="continue the last night of this experiment"
     )
@@ -86,6 +98,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print the run summary as JSON at the end")
     run.set_defaults(func=cmd_run)
 
+
+def _add_worker(sub: _Subcommands) -> None:
     wk = sub.add_parser("worker", help="work on a night that workers on other machines share")
     wk.add_argument("experiment", type=Path)
     wk.add_argument("--storage", help="Optuna storage they share (same as --set "
@@ -97,8 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     wk.add_argument("--heartbeat-s", type=int, help="seconds between heartbeats (default 10)")
     wk.add_argument("--grace-s", type=int, help="a worker silent this long is lost "
                     "(default 3 heartbeats)")
-    wk.add_argument("--set", dest="overrides", action="append", default=[],
-                    metavar="KEY=VALUE", help="override any experiment or target setting")
+    _add_overrides(wk, "override any experiment or target setting")
     wk.add_argument("--proposer", help="offline | llm | replay:PATH")
     wk.add_argument("--minutes", type=float, help="the night's time, for a worker that "
                     "starts it (same as --set budget.minutes=N)")
@@ -106,6 +119,8 @@ def _parser() -> argparse.ArgumentParser:
     wk.add_argument("--json", action="store_true", help="print this worker's summary as JSON")
     wk.set_defaults(func=cmd_worker)
 
+
+def _add_evaluate(sub: _Subcommands) -> None:
     ev = sub.add_parser("evaluate", help="evaluate a target's seed or given files once")
     ev.add_argument("target", help="target folder, or a target name of the experiment")
     ev.add_argument(
@@ -116,17 +131,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("-e", "--experiment", type=Path, default=DEFAULT_EXPERIMENT)
     ev.add_argument("--json", action="store_true")
-    ev.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a target.toml setting, e.g. timeout_s=10 or evaluator.repeats=3, "
+    _add_overrides(
+        ev,
+        "override a target.toml setting, e.g. timeout_s=10 or evaluator.repeats=3, "
         "or the sandbox's, e.g. sandbox.memory_mb=2048",
     )
     ev.set_defaults(func=cmd_evaluate)
 
+
+def _add_publish(sub: _Subcommands) -> None:
     pb = sub.add_parser("publish", help="push the night's pull branches for review and "
                         "write their pull-request bodies")
     pb.add_argument("--remote", default="origin", help="git remote to push to (default origin)")
@@ -137,6 +150,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="open the pull requests with gh or glab (whichever is on PATH)")
     pb.set_defaults(func=cmd_publish)
 
+
+def _add_readers(sub: _Subcommands) -> None:
+    """The subcommands that read a workspace's stores: status, report, branches, ui."""
     for name, func, help_ in (
         ("status", cmd_status, "counts of candidates, branches and runs"),
         ("report", cmd_report, "markdown report with plots"),
@@ -160,13 +176,14 @@ def _parser() -> argparse.ArgumentParser:
             sp.add_argument("--host", default="127.0.0.1")
         sp.set_defaults(func=func)
 
+
+def _add_kinds_commands(sub: _Subcommands) -> None:
     from optimizer import kinds as evaluators  # subcommands the kinds contribute (fast imports)
 
     for command in evaluators.commands():
         cp = sub.add_parser(command.name, help=command.help)
         command.add_arguments(cp)
         cp.set_defaults(func=command.run)
-    return p
 
 
 # -- run --------------------------------------------------------------------------------

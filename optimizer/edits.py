@@ -176,125 +176,148 @@ def parse_edits(text: str, editable: Sequence[str]) -> list[FileEdit]:
     Raises :class:`EditError` for a file not in ``editable``, an unterminated block, a
     file given both blocks and a rewrite, or an answer without any edit.
     """
-    lines = text.splitlines(keepends=True)
-    blocks: dict[str, list[tuple[str, str]]] = {}
-    rewrites: dict[str, str] = {}
-    order: list[str] = []
-    last_path: str | None = None
-    i = 0
-    n_block = 0
-    closers: set[int] = set()  # closing fences of fences that wrap SEARCH/REPLACE blocks
-    while i < len(lines):
-        line = lines[i]
-        if i in closers:
-            i += 1
-            continue
-        if _SEARCH_RE.match(line):
-            n_block += 1
-            where = f"SEARCH/REPLACE block {n_block} (answer line {i + 1})"
-            j = _previous_line(lines, i, skip_fences=True)
-            if j is None or _REPLACE_RE.match(lines[j]):
-                if last_path is None:
-                    raise EditError(
-                        f"{where}: no file path on the line before it; put the path of an "
-                        f"editable file ({', '.join(editable)}) alone on that line"
-                    )
-                path = last_path
-            else:
-                name, _ = _clean_path(lines[j])
-                resolved = _resolve_path(name, editable)
-                if resolved is None:
-                    raise _not_editable(name, editable, where)
-                path = resolved
-            k = i + 1
-            while k < len(lines) and not _DIVIDER_RE.match(lines[k]):
-                if _SEARCH_RE.match(lines[k]) or _REPLACE_RE.match(lines[k]):
-                    break
-                k += 1
-            if k >= len(lines) or not _DIVIDER_RE.match(lines[k]):
-                raise EditError(
-                    f"{where} for {path}: unterminated, no '{DIVIDER_MARK}' line after "
-                    f"'{SEARCH_MARK}'; every block needs SEARCH, {DIVIDER_MARK} and REPLACE",
-                    file=path,
-                )
-            m = k + 1
-            while m < len(lines) and not _REPLACE_RE.match(lines[m]):
-                if _SEARCH_RE.match(lines[m]) or _DIVIDER_RE.match(lines[m]):
-                    break
-                m += 1
-            if m >= len(lines) or not _REPLACE_RE.match(lines[m]):
-                raise EditError(
-                    f"{where} for {path}: unterminated, no '{REPLACE_MARK}' line after "
-                    f"'{DIVIDER_MARK}' (was the answer cut off?)",
-                    file=path,
-                )
-            search, replace = "".join(lines[i + 1 : k]), "".join(lines[k + 1 : m])
-            if path in rewrites:
-                raise EditError(
-                    f"{path}: both a whole-file rewrite and SEARCH/REPLACE blocks; use one",
-                    file=path,
-                )
-            if path not in blocks:
-                blocks[path] = []
-                order.append(path)
-            blocks[path].append((search, replace))
-            last_path = path
-            i = m + 1
-            continue
-        fence = _FENCE_OPEN_RE.match(line.strip()) if not line[:1].isspace() else None
-        if fence:
-            close = _fence_close(lines, i + 1, len(fence.group(1)))
-            inner = lines[i + 1 : close if close is not None else len(lines)]
-            if any(_SEARCH_RE.match(x) for x in inner):
-                if close is not None:
-                    closers.add(close)
-                i += 1  # a fence around SEARCH/REPLACE blocks: parse them one by one
+    return _Answer(text, editable).edits()
+
+
+class _Answer:
+    """One answer read line by line: SEARCH/REPLACE blocks and whole-file rewrites."""
+
+    def __init__(self, text: str, editable: Sequence[str]):
+        self.lines = text.splitlines(keepends=True)
+        self.editable = editable
+        self.blocks: dict[str, list[tuple[str, str]]] = {}
+        self.rewrites: dict[str, str] = {}
+        self.order: list[str] = []
+        self.last_path: str | None = None
+        self.n_block = 0
+        self.closers: set[int] = set()  # closing fences of fences that wrap blocks
+
+    def edits(self) -> list[FileEdit]:
+        lines, i = self.lines, 0
+        while i < len(lines):
+            line = lines[i]
+            if i in self.closers:
+                i += 1
                 continue
-            j = _previous_line(lines, i, skip_fences=False)
-            if j is not None:
-                name, labelled = _clean_path(lines[j])
-                resolved = _resolve_path(name, editable)
-                looks_like_path = labelled or (
-                    name != "" and " " not in name and ("." in name or "/" in name)
+            if _SEARCH_RE.match(line):
+                i = self._block(i)
+                continue
+            fence = _FENCE_OPEN_RE.match(line.strip()) if not line[:1].isspace() else None
+            if fence:
+                i = self._fenced(i, len(fence.group(1)))
+                continue
+            if _REPLACE_RE.match(line) or (_DIVIDER_RE.match(line) and self.last_path is not None):
+                raise EditError(
+                    f"answer line {i + 1}: '{line.strip()}' outside a SEARCH/REPLACE block; "
+                    f"each block starts with '{SEARCH_MARK}'"
                 )
-                if resolved is None and looks_like_path:
-                    raise _not_editable(name, editable, f"code block at answer line {i + 1}")
-                if resolved is not None:
-                    if close is None:
-                        raise EditError(
-                            f"whole-file rewrite of {resolved}: the code block is not closed "
-                            "(was the answer cut off?)",
-                            file=resolved,
-                        )
-                    if resolved in blocks or resolved in rewrites:
-                        raise EditError(
-                            f"{resolved}: rewritten more than once, or rewritten and edited "
-                            "with SEARCH/REPLACE blocks; use one kind of edit per file",
-                            file=resolved,
-                        )
-                    rewrites[resolved] = "".join(inner)
-                    order.append(resolved)
-                    last_path = resolved
-            i = (close if close is not None else len(lines)) + 1
-            continue
-        if _REPLACE_RE.match(line) or (_DIVIDER_RE.match(line) and last_path is not None):
+            i += 1
+        if not self.order:
             raise EditError(
-                f"answer line {i + 1}: '{line.strip()}' outside a SEARCH/REPLACE block; "
-                f"each block starts with '{SEARCH_MARK}'"
+                "the answer contains no edit: give SEARCH/REPLACE blocks (file path on the "
+                "line before '<<<<<<< SEARCH') or a whole-file rewrite ('File: <path>' "
+                f"followed by a fenced code block); editable files: {', '.join(self.editable)}"
             )
-        i += 1
-    if not order:
-        raise EditError(
-            "the answer contains no edit: give SEARCH/REPLACE blocks (file path on the line "
-            "before '<<<<<<< SEARCH') or a whole-file rewrite ('File: <path>' followed by a "
-            f"fenced code block); editable files: {', '.join(editable)}"
-        )
-    return [
-        FileEdit(path=p, content=rewrites[p])
-        if p in rewrites
-        else FileEdit(path=p, blocks=tuple(blocks[p]))
-        for p in order
-    ]
+        return [
+            FileEdit(path=p, content=self.rewrites[p])
+            if p in self.rewrites
+            else FileEdit(path=p, blocks=tuple(self.blocks[p]))
+            for p in self.order
+        ]
+
+    def _block(self, i: int) -> int:
+        """The SEARCH/REPLACE block whose SEARCH line is ``i``; returns the line after it."""
+        self.n_block += 1
+        where = f"SEARCH/REPLACE block {self.n_block} (answer line {i + 1})"
+        path = self._block_path(i, where)
+        k = self._mark(i + 1, _DIVIDER_RE, (_SEARCH_RE, _REPLACE_RE), path,
+                       f"{where} for {path}: unterminated, no '{DIVIDER_MARK}' line after "
+                       f"'{SEARCH_MARK}'; every block needs SEARCH, {DIVIDER_MARK} and REPLACE")
+        m = self._mark(k + 1, _REPLACE_RE, (_SEARCH_RE, _DIVIDER_RE), path,
+                       f"{where} for {path}: unterminated, no '{REPLACE_MARK}' line after "
+                       f"'{DIVIDER_MARK}' (was the answer cut off?)")
+        lines = self.lines
+        search, replace = "".join(lines[i + 1 : k]), "".join(lines[k + 1 : m])
+        if path in self.rewrites:
+            raise EditError(
+                f"{path}: both a whole-file rewrite and SEARCH/REPLACE blocks; use one",
+                file=path,
+            )
+        if path not in self.blocks:
+            self.blocks[path] = []
+            self.order.append(path)
+        self.blocks[path].append((search, replace))
+        self.last_path = path
+        return m + 1
+
+    def _block_path(self, i: int, where: str) -> str:
+        """The file of the block at line ``i``: the path on the line before it, else the
+        previous block's."""
+        j = _previous_line(self.lines, i, skip_fences=True)
+        if j is None or _REPLACE_RE.match(self.lines[j]):
+            if self.last_path is None:
+                raise EditError(
+                    f"{where}: no file path on the line before it; put the path of an "
+                    f"editable file ({', '.join(self.editable)}) alone on that line"
+                )
+            return self.last_path
+        name, _ = _clean_path(self.lines[j])
+        resolved = _resolve_path(name, self.editable)
+        if resolved is None:
+            raise _not_editable(name, self.editable, where)
+        return resolved
+
+    def _mark(self, start: int, want: re.Pattern[str], stop: tuple[re.Pattern[str], ...],
+              path: str, unterminated: str) -> int:
+        """The first line from ``start`` that ``want`` matches; an EditError saying
+        ``unterminated`` when one of ``stop`` matches first or the answer ends."""
+        for k in range(start, len(self.lines)):
+            if want.match(self.lines[k]):
+                return k
+            if any(p.match(self.lines[k]) for p in stop):
+                break
+        raise EditError(unterminated, file=path)
+
+    def _fenced(self, i: int, ticks: int) -> int:
+        """The code block opening at line ``i``: a whole-file rewrite when the line before
+        names an editable file, a wrapper of SEARCH/REPLACE blocks, or prose; returns the
+        line to read next."""
+        lines = self.lines
+        close = _fence_close(lines, i + 1, ticks)
+        inner = lines[i + 1 : close if close is not None else len(lines)]
+        if any(_SEARCH_RE.match(x) for x in inner):
+            if close is not None:
+                self.closers.add(close)
+            return i + 1  # a fence around SEARCH/REPLACE blocks: parse them one by one
+        j = _previous_line(lines, i, skip_fences=False)
+        if j is not None:
+            name, labelled = _clean_path(lines[j])
+            resolved = _resolve_path(name, self.editable)
+            looks_like_path = labelled or (
+                name != "" and " " not in name and ("." in name or "/" in name)
+            )
+            if resolved is None and looks_like_path:
+                raise _not_editable(name, self.editable, f"code block at answer line {i + 1}")
+            if resolved is not None:
+                self._rewrite(resolved, close, "".join(inner))
+        return (close if close is not None else len(lines)) + 1
+
+    def _rewrite(self, path: str, close: int | None, content: str) -> None:
+        if close is None:
+            raise EditError(
+                f"whole-file rewrite of {path}: the code block is not closed "
+                "(was the answer cut off?)",
+                file=path,
+            )
+        if path in self.blocks or path in self.rewrites:
+            raise EditError(
+                f"{path}: rewritten more than once, or rewritten and edited "
+                "with SEARCH/REPLACE blocks; use one kind of edit per file",
+                file=path,
+            )
+        self.rewrites[path] = content
+        self.order.append(path)
+        self.last_path = path
 
 
 def format_edits(edits: Sequence[FileEdit]) -> str:

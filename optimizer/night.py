@@ -96,18 +96,21 @@ class Writer:
         self._cond = threading.Condition()
         self._unfinished = 0  # queued or running
         self._held = 0  # sections of the loop in which no job starts
-        self._open = 0  # ... except in these (an evaluation)
-        self._waiting = 0  # callers waiting on the writer: it runs even when held
+        # ... except while this is above 0: sections in which jobs may run even when held
+        # (an evaluation under way, a caller waiting on the writer)
+        self._open = 0
         self._closing = False
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._work, name="record-writer", daemon=True)
         self._thread.start()
 
+    def _free(self) -> bool:
+        """Whether a job may start, or its next step run."""
+        return self._held == 0 or self._open > 0 or self._closing
+
     def _may_start(self) -> bool:
         queued = bool(self._first or self._rest)
-        return (queued and (self._held == 0 or self._open > 0 or self._waiting > 0
-                                    or self._closing)) or (
-            self._closing and not queued)
+        return (queued and self._free()) or (self._closing and not queued)
 
     def _work(self) -> None:
         while True:
@@ -137,19 +140,7 @@ class Writer:
             except StopIteration as stop:
                 return stop.value
             with self._cond:
-                self._cond.wait_for(lambda: self._held == 0 or self._open > 0
-                                    or self._waiting > 0 or self._closing)
-
-    @contextlib.contextmanager
-    def _wait(self) -> Iterator[None]:
-        with self._cond:
-            self._waiting += 1
-            self._cond.notify_all()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._waiting -= 1
+                self._cond.wait_for(self._free)
 
     def submit(self, job: Callable[[], Any], first: bool = False) -> Future[Any]:
         """Queue ``job``; its result (or error) arrives in the returned future."""
@@ -167,17 +158,18 @@ class Writer:
 
     @contextlib.contextmanager
     def _wait_locked(self) -> Iterator[None]:
-        self._waiting += 1
+        """:meth:`runs` for a caller that holds the lock and waits on the writer."""
+        self._open += 1
         self._cond.notify_all()
         try:
             yield
         finally:
-            self._waiting -= 1
+            self._open -= 1
 
     def result(self, done: Future[Any]) -> Any:
         """``done.result()`` of one of this writer's jobs (it runs even while held)."""
         if not done.done():
-            with self._wait():
+            with self.runs():
                 return done.result()
         return done.result()
 
@@ -195,7 +187,8 @@ class Writer:
 
     @contextlib.contextmanager
     def runs(self) -> Iterator[None]:
-        """Jobs may start meanwhile, held or not."""
+        """Jobs may start meanwhile, held or not (an evaluation under way, or a caller
+        waiting on the writer)."""
         with self._cond:
             self._open += 1
             self._cond.notify_all()
@@ -207,7 +200,7 @@ class Writer:
 
     def flush(self) -> None:
         """Wait until every job queued so far has run."""
-        with self._wait(), self._cond:
+        with self.runs(), self._cond:
             self._cond.wait_for(lambda: self._unfinished == 0)
         self.check()
 

@@ -149,16 +149,66 @@ def load_target(
         if toml_path.is_relative_to(workspace)
         else str(toml_path)
     )
+    data = _merge(_read_toml(toml_path, shown), overrides or {})
+    name = _check_keys(data, shown)
+    repo_root = find_repo_root(folder)
+    editable, symbols = _editable_files(data, folder, repo_root or workspace, shown)
+    objectives = _objectives(data, shown)
+    noise = data.get("noise", "timing")
+    if noise not in ("timing", "deterministic"):
+        raise ConfigError(
+            f"must be 'timing' or 'deterministic', not {noise!r}", file=shown, key="noise"
+        )
+    min_gain = data.get("min_gain", 0.05)
+    timeout_s = data.get("timeout_s", 120.0)
+    for key, value in (("min_gain", min_gain), ("timeout_s", timeout_s)):
+        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+            raise ConfigError("must be a non-negative number", file=shown, key=key)
+    starts = _starts(data, folder, editable, shown)
+    constraints = _constraints(data, shown)
+    evaluator = data.get("evaluator", {})
+    if not isinstance(evaluator, dict):
+        raise ConfigError("must be a table", file=shown, key="evaluator")
+    _check_symbols(folder, symbols, shown)
+    try:
+        rel_path = str(folder.resolve().relative_to(workspace.resolve()))
+    except ValueError:
+        raise ConfigError(
+            "targets must live inside the workspace git repository", file=shown
+        ) from None
+    return TargetSpec(
+        name=name,
+        kind=str(data["kind"]),
+        path=folder.resolve(),
+        rel_path=rel_path,
+        description=str(data.get("description", "")),
+        editable=tuple(editable),
+        objectives=tuple(objectives),
+        noise=noise,
+        min_gain=float(min_gain),
+        timeout_s=float(timeout_s),
+        evaluator=evaluator,
+        starts=tuple(starts),
+        knob_constraints=tuple(constraints),
+        symbols={k: tuple(v) for k, v in symbols.items()},
+        repo_root=repo_root.resolve() if repo_root else None,
+    )
+
+
+def _read_toml(toml_path: Path, shown: str) -> dict[str, Any]:
     if not toml_path.is_file():
         raise ConfigError(
             "no target.toml here; a target is a folder with target.toml and its seed files",
             file=shown,
         )
     try:
-        data = tomllib.loads(toml_path.read_text())
+        return tomllib.loads(toml_path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", file=shown) from None
-    data = _merge(data, overrides or {})
+
+
+def _check_keys(data: Mapping[str, Any], shown: str) -> str:
+    """No unknown key, the required ones present; returns the target's name."""
     unknown = set(data) - _TARGET_KEYS
     if unknown:
         raise ConfigError(
@@ -169,9 +219,28 @@ def load_target(
     for key in ("name", "kind", "editable"):
         if key not in data:
             raise ConfigError("missing required key", file=shown, key=key)
-    name, kind = data["name"], data["kind"]
+    name = data["name"]
     if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
         raise ConfigError("must be a string of letters, digits, '_' or '-'", file=shown, key="name")
+    return name
+
+
+def _check_utf8(path: Path, what: str, shown: str, key: str) -> None:
+    """``path`` decodes as UTF-8 (a byte-order mark allowed); ``what`` names it."""
+    try:
+        path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{what} is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8",
+            file=shown,
+            key=key,
+        ) from None
+
+
+def _editable_files(
+    data: Mapping[str, Any], folder: Path, root: Path, shown: str
+) -> tuple[list[str], dict[str, list[str]]]:
+    """The editable files (each an existing UTF-8 file) and the definitions named per file."""
     raw_editable = data["editable"]
     if (
         not isinstance(raw_editable, list)
@@ -179,20 +248,15 @@ def load_target(
         or not all(isinstance(e, str) for e in raw_editable)
     ):
         raise ConfigError("must be a non-empty list of file names", file=shown, key="editable")
-    repo_root = find_repo_root(folder)
-    editable, symbols = _split_editable(raw_editable, folder, repo_root or workspace, shown)
+    editable, symbols = _split_editable(raw_editable, folder, root, shown)
     for rel in editable:
         if not (folder / rel).is_file():
             raise ConfigError(f"editable file '{rel}' does not exist", file=shown, key="editable")
-        try:
-            (folder / rel).read_bytes().decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            raise ConfigError(
-                f"editable file '{rel}' is not UTF-8 text ({exc.reason} at byte {exc.start}); "
-                "save it as UTF-8",
-                file=shown,
-                key="editable",
-            ) from None
+        _check_utf8(folder / rel, f"editable file '{rel}'", shown, "editable")
+    return editable, symbols
+
+
+def _objectives(data: Mapping[str, Any], shown: str) -> list[Objective]:
     raw_objs = data.get("objectives", [{"metric": "time_s", "direction": "minimize"}])
     objectives = []
     if not isinstance(raw_objs, list) or not raw_objs:
@@ -214,16 +278,11 @@ def load_target(
                 key=f"objectives[{i}].direction",
             )
         objectives.append(Objective(str(obj["metric"]), direction))
-    noise = data.get("noise", "timing")
-    if noise not in ("timing", "deterministic"):
-        raise ConfigError(
-            f"must be 'timing' or 'deterministic', not {noise!r}", file=shown, key="noise"
-        )
-    min_gain = data.get("min_gain", 0.05)
-    timeout_s = data.get("timeout_s", 120.0)
-    for key, value in (("min_gain", min_gain), ("timeout_s", timeout_s)):
-        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
-            raise ConfigError("must be a non-negative number", file=shown, key=key)
+    return objectives
+
+
+def _starts(data: Mapping[str, Any], folder: Path, editable: list[str], shown: str) -> list[str]:
+    """The declared starts: each a file (one editable file) or a folder of editable files."""
     starts = data.get("starts", [])
     if not isinstance(starts, list) or not all(isinstance(x, str) for x in starts):
         raise ConfigError("must be a list of paths in the target's folder", file=shown,
@@ -246,12 +305,12 @@ def load_target(
             raise ConfigError(f"start '{start}' does not exist", file=shown,
                               key=f"starts[{i}]")
         for text in texts:
-            try:
-                text.read_bytes().decode("utf-8-sig")
-            except UnicodeDecodeError as exc:
-                raise ConfigError(f"start file '{text.relative_to(folder)}' is not UTF-8 "
-                                  f"text ({exc.reason} at byte {exc.start}); save it as UTF-8",
-                                  file=shown, key=f"starts[{i}]") from None
+            what = f"start file '{text.relative_to(folder)}'"
+            _check_utf8(text, what, shown, f"starts[{i}]")
+    return starts
+
+
+def _constraints(data: Mapping[str, Any], shown: str) -> list[str]:
     constraints = data.get("knob_constraints", [])
     if not isinstance(constraints, list) or not all(isinstance(x, str) for x in constraints):
         raise ConfigError('must be a list of expressions, e.g. ["BLOCK_M * BLOCK_K <= 16384"]',
@@ -260,9 +319,11 @@ def load_target(
         why = constraint_error(expr)
         if why:
             raise ConfigError(f"{why}: {expr!r}", file=shown, key=f"knob_constraints[{i}]")
-    evaluator = data.get("evaluator", {})
-    if not isinstance(evaluator, dict):
-        raise ConfigError("must be a table", file=shown, key="evaluator")
+    return constraints
+
+
+def _check_symbols(folder: Path, symbols: Mapping[str, list[str]], shown: str) -> None:
+    """Every definition named in ``editable`` ("file.py::name") is one of its file."""
     for rel, names in symbols.items():
         source = (folder / rel).read_bytes().decode("utf-8-sig")
         for symbol in names:
@@ -270,29 +331,6 @@ def load_target(
             if why:
                 raise ConfigError(f"editable '{rel}::{symbol}': {why}", file=shown,
                                   key="editable")
-    try:
-        rel_path = str(folder.resolve().relative_to(workspace.resolve()))
-    except ValueError:
-        raise ConfigError(
-            "targets must live inside the workspace git repository", file=shown
-        ) from None
-    return TargetSpec(
-        name=name,
-        kind=str(kind),
-        path=folder.resolve(),
-        rel_path=rel_path,
-        description=str(data.get("description", "")),
-        editable=tuple(editable),
-        objectives=tuple(objectives),
-        noise=noise,
-        min_gain=float(min_gain),
-        timeout_s=float(timeout_s),
-        evaluator=evaluator,
-        starts=tuple(starts),
-        knob_constraints=tuple(constraints),
-        symbols={k: tuple(v) for k, v in symbols.items()},
-        repo_root=repo_root.resolve() if repo_root else None,
-    )
 
 
 # -- editable files anywhere in the repository ------------------------------------------

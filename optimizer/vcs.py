@@ -8,15 +8,14 @@ Names on disk (stable)::
 
 The user's checkout is never touched: no checkout, reset, stash or index write happens in
 it. A night's candidate (:meth:`Workspace.create_candidate`) is a commit built in this
-process: its blobs, the trees above them and the commit are written into the object
-database directly, the branch is moved by one long-lived ``git update-ref --stdin``
-process, and the folder the evaluation reads is a plain directory holding what a sparse
-worktree would (the target folder and the files directly inside its parent folders).
-That costs 1-3 ms per candidate where ``git worktree add`` + ``git commit`` + ``git
-worktree remove`` cost 40-45 ms (bench/engine_parts.py). :meth:`create_worktree` still
-makes a real sparse worktree (tests and people use it). Hooks, commit signing, message
-clean-up and automatic gc from the user's configuration are switched off for our commits;
-annotations and pull branches are built with plumbing, a pull branch in a temporary index.
+process (optimizer/git_objects.py), and the folder the evaluation reads is a plain
+directory holding what a sparse worktree would (the target folder and the files directly
+inside its parent folders): 1-3 ms per candidate where ``git worktree add`` + ``git
+commit`` + ``git worktree remove`` cost 40-45 ms (bench/engine_parts.py).
+:meth:`create_worktree` still makes a real sparse worktree (tests and people use it).
+Hooks, commit signing, message clean-up and automatic gc from the user's configuration are
+switched off for our commits; annotations and pull branches are built with plumbing, a pull
+branch in a temporary index.
 
 Commits work without a configured git identity: whatever part of the identity is missing
 (in ``GIT_AUTHOR_*``/``GIT_COMMITTER_*`` or ``user.name``/``user.email``) falls back to
@@ -25,26 +24,21 @@ Commits work without a configured git identity: whatever part of the identity is
 
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
 import re
 import shutil
-import subprocess
 import tempfile
-import threading
-import time
-import zlib
 from collections.abc import Iterable, Mapping
 from io import BytesIO
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import git
-from git.objects.fun import tree_entries_from_data, tree_to_stream
 from gitdb import IStream
 
 from optimizer.errors import WorkspaceError
+from optimizer.git_objects import Objects, RefUpdater, commit_object, now_stamp, write_file
 
 FALLBACK_NAME = "optimizer"
 FALLBACK_EMAIL = "optimizer@localhost"
@@ -54,9 +48,6 @@ PULL_PREFIX = f"{BRANCH_ROOT}/pr"
 # A name used as one branch component: no slashes, no git ref specials.
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _CID_RE = re.compile(r"^c(\d+)$")
-_TREE_MODE = 0o40000
-_LINK_MODE = 0o120000
-_GITLINK_MODE = 0o160000
 _IDENT_RE = re.compile(r"^(.*) (\d+) ([+-]\d{4})$")
 # Variables that would redirect our git commands to another repository or index (they are
 # set while git runs a hook); refusing is safer than writing the user's index by accident.
@@ -172,12 +163,9 @@ class Workspace:
         self._outside: dict[str, set[str]] = {}  # target -> editable paths outside its folder
         self._identity_env = self._identity()
         self._prepare_state_dir()
-        self._ref_updater: subprocess.Popen[str] | None = None
-        self._ref_lock = threading.Lock()
-        self._tree_entries: dict[bytes, list[tuple[bytes, int, str]]] = {}
-        self._base_files: dict[str, list[tuple[str, int, bytes]]] = {}
+        self._ref_updater = RefUpdater(self.repo_root, self._identity_env)
+        self._objects = Objects(self.repo)
         self._idents: tuple[str, str] | None = None
-        self._objects: Path | None = None
         self._base_tree: bytes | None = None
         # (target, cid) -> (sha, tree, author line) of commits made here: annotate
         # rewrites the message without asking git for them again
@@ -224,11 +212,7 @@ class Workspace:
 
     def close(self) -> None:
         """Stop the ref updater and GitPython's persistent helper processes."""
-        with self._ref_lock:
-            proc, self._ref_updater = self._ref_updater, None
-        if proc is not None:
-            proc.stdin.close()  # type: ignore[union-attr]
-            proc.wait(timeout=30)
+        self._ref_updater.close()
         self.repo.close()
 
     def __enter__(self) -> Workspace:
@@ -338,19 +322,13 @@ class Workspace:
                  for n, t in files.items()}
         whole = bool(_escapes(rel, files))
         branch = self.candidate_branch(target, cid)
-        if self._base_tree is None:
-            self._base_tree = self.repo.commit(self.base_commit).tree.binsha
-        base_tree = self._base_tree
-        blobs = {}
-        for name, text in names.items():
-            blobs[PurePosixPath(name).parts] = text.encode()
-        tree = self._tree_with(base_tree, blobs)
-        author, committer = self._identities()
+        base_tree = self._base()
+        blobs = {PurePosixPath(name).parts: text.encode() for name, text in names.items()}
+        tree = self._objects.tree_with(base_tree, blobs)
+        author, _ = self._identities()
         author_line = f"{author} {self._stamp('AUTHOR')}"
-        body = (f"tree {tree}\nparent {self.base_commit}\nauthor {author_line}\n"
-                f"committer {committer} {self._stamp('COMMITTER')}\n\n{_message(message)}")
-        sha = self._store("commit", body.encode())
-        self._update_ref(self._ref(branch), sha)
+        sha = self._commit(tree, author_line, message)
+        self._ref_updater.update(self._ref(branch), sha)
         self._made[(target, cid)] = (sha, tree, author_line)
         path = self.worktree_path(target, cid)
         if path.exists() or path.is_symlink():
@@ -358,8 +336,9 @@ class Workspace:
         folder = path / rel
         # editable files outside the target folder: the whole repository, so that the
         # candidate's imports of the user's own package find the candidate's files
-        for relpath, mode, data in self._cone_files(PurePosixPath(".") if whole else rel):
-            self._write(path / relpath, mode, data)
+        cone = PurePosixPath(".") if whole else rel
+        for relpath, mode, data in self._objects.cone_files(base_tree, cone):
+            write_file(path / relpath, mode, data)
         folder.mkdir(parents=True, exist_ok=True)
         for name, text in names.items():
             (path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -367,106 +346,18 @@ class Workspace:
         self._remember(target, rel, files)
         return folder, sha
 
-    def _store(self, kind: str, data: bytes) -> str:
-        """Write one loose object in this process (GitPython's odb runs ``git hash-object``
-        per object: 2 ms each; gitdb's ``LooseObjectDB.store``, a temporary file through
-        ``mkstemp`` and a stream copy, 0.5 ms; this 0.05-0.1 ms). An object already there
-        is not written again (most of a candidate's trees and blobs are)."""
-        raw = f"{kind} {len(data)}\0".encode() + data
-        sha = hashlib.sha1(raw, usedforsecurity=False).hexdigest()
-        if self._objects is None:
-            self._objects = Path(self.repo.common_dir) / "objects"
-        path = self._objects / sha[:2] / sha[2:]
-        if not path.exists():
-            path.parent.mkdir(exist_ok=True)
-            tmp = path.parent / f"tmp_obj_{os.getpid()}_{threading.get_ident()}_{sha[2:10]}"
-            tmp.write_bytes(zlib.compress(raw, 1))
-            tmp.chmod(0o444)
-            os.replace(tmp, path)  # atomic; a copy written meanwhile holds the same bytes
-        return sha
+    def _base(self) -> bytes:
+        """The base commit's tree (its binary sha)."""
+        if self._base_tree is None:
+            self._base_tree = self.repo.commit(self.base_commit).tree.binsha
+        return self._base_tree
 
-    def _entries(self, binsha: bytes) -> list[tuple[bytes, int, str]]:
-        """A tree's entries (cached: the base's trees are read once)."""
-        found = self._tree_entries.get(binsha)
-        if found is None:
-            found = tree_entries_from_data(self.repo.odb.stream(binsha).read())
-            self._tree_entries[binsha] = found
-        return found
-
-    def _tree_with(self, tree: bytes | None, blobs: Mapping[tuple[str, ...], bytes]) -> str:
-        """The hex sha of ``tree`` (None: an empty one) with ``blobs`` (path parts -> data)
-        written in; an existing file keeps its mode (an executable bit)."""
-        entries = {name: (sha, mode) for sha, mode, name in (self._entries(tree) if tree else [])}
-        below: dict[str, dict[tuple[str, ...], bytes]] = {}
-        for parts, data in blobs.items():
-            if len(parts) == 1:
-                mode = entries.get(parts[0], (b"", 0o100644))[1]
-                if mode not in (0o100644, 0o100755):
-                    mode = 0o100644
-                entries[parts[0]] = (bytes.fromhex(self._store("blob", data)), mode)
-            else:
-                below.setdefault(parts[0], {})[parts[1:]] = data
-        for name, sub in below.items():
-            old = entries.get(name)
-            inner = old[0] if old is not None and old[1] == _TREE_MODE else None
-            entries[name] = (bytes.fromhex(self._tree_with(inner, sub)), _TREE_MODE)
-        # git's order: by name, a tree compared as if its name ended in "/"
-        ordered = sorted(
-            ((sha, mode, name) for name, (sha, mode) in entries.items()),
-            key=lambda e: (e[2] + "/" if e[1] == _TREE_MODE else e[2]).encode(),
-        )
-        out = BytesIO()
-        tree_to_stream(ordered, out.write)
-        return self._store("tree", out.getvalue())
-
-    def _cone_files(self, rel: PurePosixPath) -> list[tuple[str, int, bytes]]:
-        """What a sparse worktree of ``rel`` holds at the base: every file of the target
-        folder and the files directly inside its parent folders (read once per folder)."""
-        key = str(rel)
-        found = self._base_files.get(key)
-        if found is not None:
-            return found
-        found = []
-        tree: bytes | None = self.repo.commit(self.base_commit).tree.binsha
-        prefix: tuple[str, ...] = ()
-        for part in (*rel.parts, None):
-            if tree is None:
-                break
-            nxt = None
-            for sha, mode, name in self._entries(tree):
-                if part is None and mode == _TREE_MODE:
-                    found += self._folder_files(sha, (*prefix, name))
-                elif mode == _TREE_MODE:
-                    nxt = sha if name == part else nxt
-                else:
-                    found.append(("/".join((*prefix, name)), mode, self._blob(sha, mode)))
-            tree, prefix = nxt, (*prefix, part) if part else prefix
-        self._base_files[key] = found
-        return found
-
-    def _folder_files(self, tree: bytes, prefix: tuple[str, ...]) -> list[tuple[str, int, bytes]]:
-        out = []
-        for sha, mode, name in self._entries(tree):
-            if mode == _TREE_MODE:
-                out += self._folder_files(sha, (*prefix, name))
-            else:
-                out.append(("/".join((*prefix, name)), mode, self._blob(sha, mode)))
-        return out
-
-    def _blob(self, sha: bytes, mode: int) -> bytes:
-        return b"" if mode == _GITLINK_MODE else bytes(self.repo.odb.stream(sha).read())
-
-    @staticmethod
-    def _write(dest: Path, mode: int, data: bytes) -> None:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        if mode == _GITLINK_MODE:  # a submodule: an empty folder, as a checkout leaves it
-            dest.mkdir(exist_ok=True)
-        elif mode == _LINK_MODE:
-            os.symlink(data.decode(), dest)
-        else:
-            dest.write_bytes(data)
-            if mode == 0o100755:
-                dest.chmod(0o755)
+    def _commit(self, tree: str, author_line: str, message: str) -> str:
+        """A commit of ``tree`` on the base written in this process; returns its sha."""
+        _, committer = self._identities()
+        committer_line = f"{committer} {self._stamp('COMMITTER')}"
+        body = commit_object(tree, self.base_commit, author_line, committer_line, message)
+        return self._objects.store("commit", body)
 
     def _identities(self) -> tuple[str, str]:
         """``Name <email>`` of the author and the committer, as git resolves them."""
@@ -482,35 +373,9 @@ class Workspace:
     def _stamp(self, role: str) -> str:
         """The date of a commit header: now, or what ``GIT_<role>_DATE`` says."""
         if not os.environ.get(f"GIT_{role}_DATE"):
-            return _now_stamp()
+            return now_stamp()
         m = _IDENT_RE.match(self._git("var", f"GIT_{role}_IDENT").strip())
-        return f"{m.group(2)} {m.group(3)}" if m else _now_stamp()
-
-    def _update_ref(self, ref: str, new: str, old: str | None = None) -> None:
-        """Move ``ref`` to ``new`` (only from ``old`` when given) in one transaction of a
-        long-lived ``git update-ref --stdin`` (0.15 ms a ref instead of a process each)."""
-        line = f"update {ref} {new}" + (f" {old}" if old else "")
-        with self._ref_lock:
-            proc = self._ref_updater
-            if proc is None or proc.poll() is not None:
-                proc = self._ref_updater = subprocess.Popen(
-                    ["git", "-C", str(self.repo_root), "update-ref", "--stdin"],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    text=True, bufsize=1, env={**os.environ, **self._identity_env},
-                )  # fmt: skip
-            assert proc.stdin is not None and proc.stdout is not None
-            try:
-                proc.stdin.write(f"start\n{line}\ncommit\n")
-                proc.stdin.flush()
-                answers = proc.stdout.readline(), proc.stdout.readline()
-            except (BrokenPipeError, OSError):
-                answers = ("", "")
-            if answers != ("start: ok\n", "commit: ok\n"):
-                self._ref_updater = None
-                proc.stdin.close()
-                proc.wait(timeout=30)
-                err = proc.stderr.read().strip() if proc.stderr else ""
-                raise WorkspaceError(f"cannot move {ref} to {new[:12]}: {err or answers}")
+        return f"{m.group(2)} {m.group(3)}" if m else now_stamp()
 
     def commit_candidate(self, target: str, cid: str, message: str) -> str:
         """Commit everything changed in the candidate's worktree; returns the commit sha.
@@ -535,12 +400,8 @@ class Workspace:
         made = self._made.pop((target, cid), None)
         if made is not None:  # made here: the new commit is written in this process
             tip, tree, author_line = made
-            _, committer = self._identities()
-            body = (f"tree {tree}\nparent {self.base_commit}\nauthor {author_line}\n"
-                    f"committer {committer} {self._stamp('COMMITTER')}\n\n"
-                    f"{_message(message)}")
-            sha = self._store("commit", body.encode())
-            self._update_ref(self._ref(branch), sha, tip)  # compare-and-swap, as below
+            sha = self._commit(tree, author_line, message)
+            self._ref_updater.update(self._ref(branch), sha, tip)  # compare-and-swap, as below
             return sha
         fields = self._show(branch, "%H%n%T%n%P%n%an%n%ae%n%ad")
         old, tree, parents, name, email, date = fields.split("\n")
@@ -737,16 +598,3 @@ class Workspace:
             "experiment": self.experiment,
             "state_dir": str(self.state_dir),
         }
-
-
-def _now_stamp() -> str:
-    """Seconds since the epoch and the local offset, as in a commit header."""
-    now = time.time()
-    off = time.localtime(now).tm_gmtoff // 60
-    sign = "+" if off >= 0 else "-"
-    return f"{int(now)} {sign}{abs(off) // 60:02d}{abs(off) % 60:02d}"
-
-
-def _message(message: str) -> str:
-    """A commit message as ``git commit-tree -m`` stores it (one trailing newline)."""
-    return message.rstrip("\n") + "\n"

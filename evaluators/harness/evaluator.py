@@ -30,12 +30,8 @@ Stages:
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import itertools
 import random
-import shutil
-import sys
-import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,6 +49,7 @@ from evaluators.harness.static import violations
 from evaluators.harness.trajectories import Tokenized, Trajectory, load_taubench
 from optimizer.errors import ConfigError
 from optimizer.records import CandidateState, EvalResult
+from optimizer.sandbox.loader import load_module
 
 SERVE = "optimizer.sandbox.serve:functions"
 _loads = itertools.count()
@@ -82,12 +79,7 @@ class BaselineReport:
 def load_plan(path: Path) -> Any:
     """A trusted baseline's ``plan`` (our own files only; candidates run in a session)."""
     name = f"_harness_baseline_{next(_loads)}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
+    module = load_module(path, name)
     fn = getattr(module, "plan", None)
     if not callable(fn):
         raise AttributeError(f"{path.name} must define plan(view)")
@@ -181,27 +173,14 @@ class HarnessEvaluator(Evaluator):
 
     @contextmanager
     def _session(self, cand_dir: Path, ctx: EvalContext) -> Iterator[Any]:
-        ctx.io_dir.mkdir(parents=True, exist_ok=True)
-        folder = Path(tempfile.mkdtemp(prefix="harness-run-", dir=ctx.io_dir))
-        try:
-            workdir, io = folder / "policy", folder / "io"
-            io.mkdir(parents=True)
-            for rel in self.target.editable:
-                dest = workdir / rel
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(cand_dir / rel, dest)
-            session = ctx.session(SERVE, {"module": self.policy, "functions": ["plan"]},
-                                  workdir=workdir, io_dir=io, timeout_s=ctx.timeout_s + 10.0)
-            try:
-                if not session.ok:
-                    state = (CandidateState.TIMEOUT if session.timed_out
-                             else CandidateState.FAILED)
-                    raise _Stopped(state, session.error or "the policy's session did not start")
-                yield session
-            finally:
-                session.close()
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+        files = {rel: rel for rel in self.target.editable}
+        payload = {"module": self.policy, "functions": ["plan"]}
+        with ctx.session_on_copy(cand_dir, files, SERVE, payload, "harness-run-") as session:
+            if not session.ok:
+                state = (CandidateState.TIMEOUT if session.timed_out
+                         else CandidateState.FAILED)
+                raise _Stopped(state, session.error or "the policy's session did not start")
+            yield session
 
     def _asker(self, session: Any, times: list[float]) -> Any:
         def decide(view: dict[str, Any]) -> Any:

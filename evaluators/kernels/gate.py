@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from evaluators.speculative.model import Block, LMConfig, TinyLM
+from optimizer.sandbox.loader import load_module
 
 # where each target's op sits in the model
 SLOTS = {
@@ -284,29 +285,16 @@ def step_times(model: GateLM, shape: GateShape, reps: int = 50) -> dict[str, flo
 
 # -- the program's side ------------------------------------------------------------------
 
-def _load_module(path: Path, name: str) -> Any:
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def op_class(program: str, target: str, reference: Path) -> Callable[..., nn.Module]:
     """The class a program names: a file's ``ModelNew``, ``reference`` (the target's trusted
     ``Model``) or ``rival:<name>`` (:mod:`evaluators.kernels.rivals`)."""
     if program == "reference":
-        return _load_module(reference, "gate_reference").Model
+        return load_module(reference, "gate_reference").Model
     if program.startswith("rival:"):
         from evaluators.kernels import rivals
 
         return rivals.rival_class(target, program.removeprefix("rival:"))
-    mod = _load_module(Path(program), "gate_program")
+    mod = load_module(Path(program), "gate_program")
     if not hasattr(mod, "ModelNew"):
         raise ValueError(f"{program} defines no ModelNew class")
     return mod.ModelNew

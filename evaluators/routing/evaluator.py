@@ -44,10 +44,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-import shutil
-import tempfile
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,26 +166,10 @@ class RoutingEvaluator(Evaluator):
     def _session(self, cand_dir: Path, ctx: EvalContext) -> Iterator[Any]:
         """A fresh session in a private folder holding a copy of the editable files only;
         the folder is deleted when it ends, so nothing of it reaches the next session."""
-        ctx.io_dir.mkdir(parents=True, exist_ok=True)
-        folder = Path(tempfile.mkdtemp(prefix="routing-run-", dir=ctx.io_dir))
-        try:
-            workdir, io = folder / "policy", folder / "io"
-            io.mkdir(parents=True)
-            for rel in self.target.editable:
-                dest = workdir / _within(rel)
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(cand_dir / rel, dest)
-            payload = {"module": _within(self.policy), "functions": self.functions}
-            # the runs keep to ctx.timeout_s themselves (and say which decision was late);
-            # the sandbox's own limit is a backstop behind them
-            session = ctx.session(ENTRY, payload, workdir=workdir, io_dir=io,
-                                  timeout_s=ctx.timeout_s + 10.0)
-            try:
-                yield session
-            finally:
-                session.close()
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+        files = {rel: _within(rel) for rel in self.target.editable}
+        payload = {"module": _within(self.policy), "functions": self.functions}
+        with ctx.session_on_copy(cand_dir, files, ENTRY, payload, "routing-run-") as session:
+            yield session
 
     @staticmethod
     def _not_started(session: Any, stage: str) -> EvalResult | None:
@@ -384,13 +366,9 @@ class RoutingEvaluator(Evaluator):
                 if compute_metrics(small, self.slo)[self.search_metric] <= self.search_max:
                     metrics["min_replicas"] = float(size)
                     break
-        objectives = []
-        for obj in self.target.objectives:
-            if obj.metric not in metrics or not math.isfinite(metrics[obj.metric]):
-                return EvalResult(CandidateState.FAILED,
-                                  f"objective metric {obj.metric!r} missing or not finite; "
-                                  f"known: {sorted(metrics)}", stage, metrics=metrics)
-            objectives.append(metrics[obj.metric])
+        objectives = self._objectives(metrics)
+        if isinstance(objectives, str):
+            return EvalResult(CandidateState.FAILED, objectives, stage, metrics=metrics)
         primary = self.target.primary.metric
         artifacts = {f"routing_{which}.txt": diagnostics(res),
                      "decision_times.txt": self._timing_text(full)}
@@ -406,6 +384,15 @@ class RoutingEvaluator(Evaluator):
             CandidateState.VALID, "", stage, metrics=metrics, objectives=tuple(objectives),
             samples={primary: (metrics[primary],)}, artifacts=artifacts,
         )
+
+    def _objectives(self, metrics: Mapping[str, float],
+                    over: str = "") -> tuple[float, ...] | str:
+        """The target's objective values in ``metrics``, or why one is missing."""
+        for obj in self.target.objectives:
+            if obj.metric not in metrics or not math.isfinite(metrics[obj.metric]):
+                return (f"objective metric {obj.metric!r} missing or not finite{over}; "
+                        f"known: {sorted(metrics)}")
+        return tuple(metrics[obj.metric] for obj in self.target.objectives)
 
     def _baseline_report(self, which: str, workload: Workload) -> BaselineReport | None:
         """The best baseline on ``which`` (computed once per evaluator and workload; a
@@ -475,13 +462,9 @@ class RoutingEvaluator(Evaluator):
                               "could run: " + "; ".join(r.missing for r in rows), stage)
         metrics.update(score([r.versus for r in ran]))
         artifacts[f"sweep_{which}.md"] = table(rows)
-        objectives = []
-        for obj in self.target.objectives:
-            if obj.metric not in metrics or not math.isfinite(metrics[obj.metric]):
-                return EvalResult(CandidateState.FAILED,
-                                  f"objective metric {obj.metric!r} missing or not finite over "
-                                  f"a sweep; known: {sorted(metrics)}", stage, metrics=metrics)
-            objectives.append(metrics[obj.metric])
+        objectives = self._objectives(metrics, " over a sweep")
+        if isinstance(objectives, str):
+            return EvalResult(CandidateState.FAILED, objectives, stage, metrics=metrics)
         primary = self.target.primary.metric
         return EvalResult(CandidateState.VALID, "", stage, metrics=metrics,
                           objectives=tuple(objectives),

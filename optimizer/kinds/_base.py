@@ -55,9 +55,11 @@ MLflow, Optuna, openai or GitPython, and never a kind.
 from __future__ import annotations
 
 import contextlib
+import shutil
+import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,6 +138,32 @@ class EvalContext:
         mine: SessionOptions = {**options, "io_dir": options.get("io_dir") or self.io_dir,
                                 "timeout_s": options.get("timeout_s") or self.timeout_s}
         return self.sandbox.open_session(entry, payload, workdir=workdir, **mine)
+
+    @contextlib.contextmanager
+    def session_on_copy(self, cand_dir: Path, files: Mapping[str, str], entry: str,
+                        payload: Mapping[str, Any], prefix: str) -> Iterator[Any]:
+        """:meth:`session` in a private folder under ``io_dir`` (named ``prefix``...) that
+        holds a copy of the candidate's ``files`` only (its path -> the place in the
+        folder); closed, and the folder deleted, when the block ends, so nothing of it
+        reaches the next session. The runs keep to ``timeout_s`` themselves; the session's
+        own limit, 10 s more, is a backstop behind them."""
+        self.io_dir.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix=prefix, dir=self.io_dir))
+        try:
+            workdir, io = folder / "policy", folder / "io"
+            io.mkdir(parents=True)
+            for rel, place in files.items():
+                dest = workdir / place
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(cand_dir / rel, dest)
+            session = self.session(entry, payload, workdir=workdir, io_dir=io,
+                                   timeout_s=self.timeout_s + 10.0)
+            try:
+                yield session
+            finally:
+                session.close()
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def result_from_call(call: CallResult, stage: str) -> EvalResult | None:

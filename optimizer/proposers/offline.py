@@ -34,10 +34,9 @@ from optimizer.edits import evolve_regions
 from optimizer.knobs import (
     Knob,
     KnobError,
-    knobs_of_files,
+    declared,
     literal_text,
     parse_knobs,
-    structure_key,
 )
 from optimizer.proposers._base import ArchiveEntry, ProposalContext, Proposer
 from optimizer.records import Proposal
@@ -343,7 +342,8 @@ class OfflineProposer(Proposer):
         keys: set[str] = set()
         for i, entry in enumerate((ctx.parent, *ctx.inspirations)):
             try:
-                key, knobs = structure_key(entry.files), knobs_of_files(entry.files)
+                program = declared(entry.files)  # its sources entered once
+                key, knobs = program.structure, dict(program.knobs)
             except KnobError:
                 continue  # a broken declaration: the loop reports it when it is evaluated
             if knobs and key not in keys:
@@ -379,13 +379,13 @@ class OfflineProposer(Proposer):
             try:
                 tree = syntax.parse(source)
                 regions = evolve_regions(source, ctx.target.symbols.get(path, ()))
-                declared = parse_knobs(source, path)
+                in_file = parse_knobs(source, path)
             except SyntaxError as exc:
                 return self._reject(ctx, f"{path}, line {exc.lineno}: not valid Python: {exc.msg}")
             except (ValueError, KnobError) as exc:
                 return self._reject(ctx, f"{path}: {exc}")
-            knobs.update({k.name: k for k in declared})
-            skip = {k.line for k in declared}
+            knobs.update({k.name: k for k in in_file})
+            skip = {k.line for k in in_file}
             sites += _Finder(path, source, regions, skip).visit(tree)
         if not sites:
             return None, "no numeric literal or operator to mutate inside the EVOLVE-BLOCKs"
