@@ -179,3 +179,32 @@ def test_a_confirmation_has_the_machine_alone_while_trials_share_it() -> None:
     assert {"a out", "b out"} <= set(events[:i])  # it waited for the trials under way
     assert events[i + 1] == "confirm out"  # nothing ran beside it
     assert events.index("late in") > events.index("confirm out")  # the later trial waited
+
+
+def test_in_turn_a_target_without_a_contender_leaves_its_part_to_those_with_one(
+        monkeypatch) -> None:
+    """Winners in turn: a target with a contender first, then one without (it keeps
+    CONFIRM_SHARE of its part until it has one): the first gets all the time left."""
+    import threading
+    import time
+
+    from optimizer import winners_phase
+
+    with_one = _lane(True, [40.0, 2.0, 2.5, 1.5])
+    best = SEED.replace("A = 1 ", "A = 8 ")
+    with_one.archive.add(_entry("c0002", {"k.py": best}, 0.5), "s1")
+    with_one.reserve_for_winner(_run())
+    without = _lane(True, [40.0, 2.0, 2.5, 1.5])
+    without.reserve_for_winner(_run())
+    assert with_one.reserve_s > 0 and without.reserve_s == pytest.approx(
+        lanes.CONFIRM_SHARE * 400)
+    ends: list[float] = []
+    monkeypatch.setattr(winners_phase, "select_lane_winner",
+                        lambda r, lane, end, **kw: ends.append(end))
+    coordination = SimpleNamespace(
+        claim_winners=lambda r, left, at_most, rerun: (left[:1], []))
+    r = SimpleNamespace(budget=SimpleNamespace(stop=threading.Event()),
+                        coordination=coordination, writer=SimpleNamespace(flush=lambda: None))
+    deadline = time.monotonic() + 100.0
+    winners_phase.select_winners(r, [with_one, without], 1, deadline)  # type: ignore[arg-type]
+    assert len(ends) == 2 and ends[0] == pytest.approx(deadline, abs=1.0), ends
