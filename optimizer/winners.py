@@ -161,8 +161,11 @@ def _contend(r: Run, c: Contest, seed: ArchiveEntry, best: ArchiveEntry,
                      if reduction.not_tried else ""))
             evidence = dataclasses.replace(evidence, **_reduced_fields(best, reduction))
             return _won(r, c, reduction.entry, evidence), evidence, set()
-        r.say(f"[{target.name}] reduction {reduction.entry.id} of {best.id} not "
-              f"confirmed ({evidence.headline}); confirming {best.id} as it was")
+        r.say(f"[{target.name}] reduction {reduction.entry.id} of {best.id} ("
+              + "; ".join(reduction.notes)
+              + (f"; not tried: {', '.join(reduction.not_tried)}" if reduction.not_tried
+                 else "; complete")
+              + f") not confirmed ({evidence.headline}); confirming {best.id} as it was")
     evidence = confirm(r, target, c.evaluator, c.sandbox, seed, best)
     if evidence.confirmed:
         evidence = dataclasses.replace(evidence, **_unreduced(reduction, base, best))
