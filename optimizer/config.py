@@ -190,7 +190,9 @@ class StatsConfig:
     confidence: float = 0.95
     confirm_repeats: int = 15  # paired repetitions when confirming a timing winner
     n_boot: int = 2000
-    minimize_trials: int = 12  # evaluations spent reducing a winner to a minimal change
+    # the most evaluations spent reducing a winner to a minimal change: a ceiling, the
+    # reduction's plan says how many a complete one takes (optimizer.minimize.Plan)
+    minimize_trials: int = 40
 
 
 @dataclass(frozen=True)

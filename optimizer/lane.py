@@ -31,6 +31,7 @@ from optimizer.winners import best_contender, reduction_base
 
 CONFIRM_SHARE = 0.15  # of a target's part of the night, kept for confirming its winner at least
 MAX_CONFIRM_SHARE = 0.5  # and at most, however slow its evaluations
+FALLBACK_TRIALS = 12  # a winner's reduction trials, priced before its contender is known
 TYPICAL_OF = 10  # candidates whose median cost prices a shared night's winner reserve
 
 
@@ -199,17 +200,19 @@ def open_lane(r: Run, entry: TargetEntry, horizon: Horizon) -> Lane:
 
 def winner_reserve(r: Run, evaluator: Evaluator, eval_s: float, slice_s: float,
                    trials: int | None = None) -> float:
-    """Seconds of a target's slice kept for its winner: the reduction's trials (``trials``
-    when its contender is known, else the most it may take) and the confirmation (what the
-    kind says it costs: ``Evaluator.confirmation_evaluations``), at ``eval_s`` each; between
-    CONFIRM_SHARE and MAX_CONFIRM_SHARE of the slice. (A fixed 15% left a timed target's
-    confirmation, 30 evaluations, running 1.2 minutes past a 50-second slice in the nightly,
-    and the targets after it got less; charging a kernel's one-call comparison as 30
-    evaluations and 12 trials at its seed's cost ended a GPU night's search 3.5 minutes
-    early, and its winners took 1.7 of them.)"""
+    """Seconds of a target's slice kept for its winner: a complete reduction (``trials``,
+    its :class:`optimizer.minimize.Plan`'s, when its contender is known, else
+    FALLBACK_TRIALS; never more than ``minimize_trials``, the ceiling) and the confirmation
+    (what the kind says it costs: ``Evaluator.confirmation_evaluations``), at ``eval_s``
+    each (the target's measured cost); between CONFIRM_SHARE and MAX_CONFIRM_SHARE of the
+    slice. (A fixed 15% left a timed target's confirmation, 30 evaluations, running 1.2
+    minutes past a 50-second slice in the nightly, and the targets after it got less;
+    charging a kernel's one-call comparison as 30 evaluations and 12 trials at its seed's
+    cost ended a GPU night's search 3.5 minutes early, and its winners took 1.7 of them;
+    a fixed 6 trials left a routing winner's reduction cut short after 3 of its hunks.)"""
     confirm = evaluator.confirmation_evaluations(r.config.stats.confirm_repeats)
     most = r.config.stats.minimize_trials
-    wanted = (confirm + (most if trials is None else min(most, trials))) * eval_s
+    wanted = (confirm + min(most, FALLBACK_TRIALS if trials is None else trials)) * eval_s
     return min(MAX_CONFIRM_SHARE * slice_s, max(CONFIRM_SHARE * slice_s, wanted))
 
 

@@ -21,7 +21,7 @@ from optimizer import reproduce, stats
 from optimizer.archive import Archive
 from optimizer.evaluation import device_for, fresh_context
 from optimizer.kinds import Evaluator
-from optimizer.minimize import Evaluate, Gate, reduce
+from optimizer.minimize import Evaluate, Gate, Plan, Reduction, reduce
 from optimizer.night import Run
 from optimizer.records import (
     ArchiveEntry,
@@ -67,7 +67,8 @@ class Evidence:
     evidence_md: str = ""  # a table the final check wrote (its evidence.md artifact)
     minimised_from: str = ""  # the contender a reduction was made of, and its steps
     reductions: tuple[str, ...] = ()
-    minimised: str = ""  # why nothing was removed
+    minimised: str = ""  # how far the reduction went: fully, nothing to remove, not at all
+    not_tried: tuple[str, ...] = ()  # hunks and knobs a reduction cut short did not try
 
     def to_json(self) -> dict[str, Any]:
         """The winner's record of it: the fields that say something, ``confirmed`` and
@@ -145,31 +146,59 @@ def _contend(r: Run, c: Contest, seed: ArchiveEntry, best: ArchiveEntry,
     last evidence, and the reduction tried (its id, when there was one)."""
     target = c.target
     confirm = _locked(functools.partial(_confirm, device_lock=c.device_lock), c.alone)
-    reduction = None
+    reduction, base = None, reduction_base(c.archive, best)
     if c.evaluate is not None and c.max_trials > 0 and time.monotonic() < c.deadline:
         gate = Gate.of(seed.objectives[0], best.objectives[0], target.primary.minimize,
                        target.min_gain)
-        base = reduction_base(c.archive, best)
         reduction = reduce(c.evaluate, base, best, gate, max_trials=c.max_trials,
                            deadline=c.deadline, base_label=base.proposer or "seed")
     if reduction is not None and reduction.changed:
         evidence = confirm(r, target, c.evaluator, c.sandbox, seed, reduction.entry)
         if evidence.confirmed:
             r.say(f"[{target.name}] {best.id} reduced to {reduction.entry.id}: "
-                  + "; ".join(reduction.notes))
-            evidence = dataclasses.replace(evidence, minimised_from=best.id,
-                                           reductions=tuple(reduction.notes))
+                  + "; ".join(reduction.notes)
+                  + (f"; not tried: {', '.join(reduction.not_tried)}"
+                     if reduction.not_tried else ""))
+            evidence = dataclasses.replace(evidence, **_reduced_fields(best, reduction))
             return _won(r, c, reduction.entry, evidence), evidence, set()
-        r.say(f"[{target.name}] reduction {reduction.entry.id} of {best.id} not "
-              f"confirmed ({evidence.headline}); confirming {best.id} as it was")
+        r.say(f"[{target.name}] reduction {reduction.entry.id} of {best.id} ("
+              + "; ".join(reduction.notes)
+              + (f"; not tried: {', '.join(reduction.not_tried)}" if reduction.not_tried
+                 else "; complete")
+              + f") not confirmed ({evidence.headline}); confirming {best.id} as it was")
     evidence = confirm(r, target, c.evaluator, c.sandbox, seed, best)
     if evidence.confirmed:
-        if reduction is not None and not reduction.changed:
-            evidence = dataclasses.replace(
-                evidence, minimised=f"nothing to remove ({reduction.trials} trial(s))")
+        evidence = dataclasses.replace(evidence, **_unreduced(reduction, base, best))
         return _won(r, c, best, evidence), evidence, set()
     r.say(f"[{target.name}] {best.id} not confirmed: {evidence.headline}")
     return None, evidence, {reduction.entry.id} if reduction is not None else set()
+
+
+def _reduced_fields(best: ArchiveEntry, reduction: Reduction) -> dict[str, Any]:
+    """What a winner's evidence says of the reduction it was published as: its steps, and
+    whether it was complete or what it did not try."""
+    return {"minimised_from": best.id, "reductions": tuple(reduction.notes),
+            "not_tried": tuple(reduction.not_tried),
+            "minimised": (f"fully reduced: every hunk and float knob tried "
+                          f"({reduction.trials} trial(s))" if reduction.complete else "")}
+
+
+def _unreduced(reduction: Reduction | None, base: ArchiveEntry, best: ArchiveEntry,
+               ) -> dict[str, Any]:
+    """What a winner published as it was found says of its reduction: complete with
+    nothing to remove, cut short (what it did not try), its reduced program not confirmed,
+    or none at all (no trial or time was left for it)."""
+    if reduction is None:
+        left = Plan.of(base.files, best.files).labels()
+        return ({"minimised": "not reduced: no trial or time was left for it",
+                 "not_tried": tuple(left)} if left else {"minimised": "nothing to remove"})
+    if reduction.changed:
+        return {"minimised": f"its reduction {reduction.entry.id} was not confirmed: "
+                             "published as found", "not_tried": tuple(reduction.not_tried)}
+    if reduction.complete:
+        return {"minimised": f"nothing to remove ({reduction.trials} trial(s)); fully reduced"}
+    return {"minimised": f"nothing removed in {reduction.trials} trial(s)",
+            "not_tried": tuple(reduction.not_tried)}
 
 
 def _won(r: Run, c: Contest, best: ArchiveEntry, evidence: Evidence) -> dict[str, Any]:
@@ -400,9 +429,7 @@ def _pull_request_lines(r: Run, target: TargetSpec, study: optuna.Study, archive
         lines += _metric_lines(held["seed"], held["candidate"])
     if best.knobs:
         lines += ["", "## Knobs", *(f"- {k} = {v!r}" for k, v in sorted(best.knobs.items()))]
-    if evidence.reductions:
-        lines += ["", f"## Minimised (from {evidence.minimised_from}, each step re-measured)",
-                  *(f"- {note}" for note in evidence.reductions)]
+    lines += _reduction_lines(evidence)
     lines += ["", "## Lineage"]
     for e in _lineage(archive, best):
         lines.append(f"- {e.id} ({e.proposer}): {e.summary[:160] or '-'}")
@@ -413,6 +440,23 @@ def _pull_request_lines(r: Run, target: TargetSpec, study: optuna.Study, archive
         f"- Optuna study: {study.study_name}, trial {trial_number}",
         f"- Candidate branch: {r.ws.candidate_branch(target.name, best.id)}",
     ]
+    return lines
+
+
+def _reduction_lines(evidence: Evidence) -> list[str]:
+    """The pull request's reduction section: each step kept, and whether the reduction was
+    complete or what it did not try."""
+    if evidence.reductions:
+        lines = ["", f"## Minimised (from {evidence.minimised_from}, each step re-measured)",
+                 *(f"- {note}" for note in evidence.reductions)]
+    elif evidence.minimised or evidence.not_tried:
+        lines = ["", "## Minimised"]
+    else:
+        return []
+    if evidence.minimised:
+        lines.append(f"- {evidence.minimised[0].upper()}{evidence.minimised[1:]}.")
+    if evidence.not_tried:
+        lines.append(f"- Reduction cut short: not tried: {', '.join(evidence.not_tried)}.")
     return lines
 
 

@@ -17,14 +17,15 @@ from optimizer.night import Run
 from optimizer.records import ArchiveEntry, Proposal, content_hash
 from optimizer.scheduler import join
 from optimizer.slots import Slot
-from optimizer.winners import Contest, select_winner
+from optimizer.winners import Contest, best_contender, select_winner
 
 
 def select_winners(r: Run, lanes: list[Lane], at_once: int, deadline: float) -> None:
     """The winners of ``lanes``' targets before ``deadline``: ``at_once`` side by side, or
     in turn, each batch in its part of what is left (its reserves' share of those still
-    to select). With workers, each batch is the targets this worker claims once their
-    search is over everywhere (``Shared.claim_winners``); the others' go to other workers."""
+    to select; a target without a contender needs none of it: :func:`_needs_s`). With
+    workers, each batch is the targets this worker claims once their search is over
+    everywhere (``Shared.claim_winners``); the others' go to other workers."""
     left = list(lanes)
     while left and not r.budget.stop.is_set():
         batch, theirs = r.coordination.claim_winners(
@@ -33,8 +34,8 @@ def select_winners(r: Run, lanes: list[Lane], at_once: int, deadline: float) -> 
         left = [lane for lane in left if lane not in theirs]
         if not batch:
             break
-        now, kept = time.monotonic(), sum(x.reserve_s for x in left)
-        part = sum(x.reserve_s for x in batch) / kept if kept else len(batch) / len(left)
+        now, kept = time.monotonic(), sum(_needs_s(x) for x in left)
+        part = sum(_needs_s(x) for x in batch) / kept if kept else len(batch) / len(left)
         end = now + max(0.0, deadline - now) * part
         if at_once > 1:
             _side_by_side(r, batch, at_once, end)
@@ -42,6 +43,15 @@ def select_winners(r: Run, lanes: list[Lane], at_once: int, deadline: float) -> 
             batch[0].out.winner = select_lane_winner(r, batch[0], end)
             r.writer.flush()
         left = [lane for lane in left if lane not in batch]
+
+
+def _needs_s(lane: Lane) -> float:
+    """What a target's winner needs of the time left: its reserve, or nothing when it has
+    no contender (its winner is 'no winner' at once). The CONFIRM_SHARE such a target kept
+    went to the winners selected before it, and a routing winner's reduction was cut short
+    one trial before its end on 2 cores (2026-12-05) while three targets without a
+    contender held their parts of the time after it."""
+    return lane.reserve_s if best_contender(lane.target, lane.archive) is not None else 0.0
 
 
 class Turns:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from optimizer.minimize import Gate, hunks, reduce
@@ -178,6 +179,124 @@ def test_planned_trials_count_hunks_and_float_roundings() -> None:
     from optimizer.minimize import planned_trials
 
     seed, best = _entry("c0001", {"program.py": SEED}), _entry("c0009", {"program.py": BEST})
-    # four hunks; WEIGHT 7.2479999960427195 rounds to 7, 7.2, 7.25 and 7.248
-    assert planned_trials(seed, best) == 4 + 4
+    # four hunks; WEIGHT 7.2479999960427195 rounds to 7, 7.2, 7.25, 7.248 and 7.24800
+    # (= 7.248): four roundings, bisected in at most three trials
+    assert planned_trials(seed, best) == 4 + 3
     assert planned_trials(seed, seed) == 0
+
+
+# A routing policy's winner as a night found it: the gain is QUEUE_WEIGHT near 7.134; the
+# sign of a term weighted by KV_WEIGHT = 0.0 flipped and a branch never taken changed
+# along the way, and QUEUE_WEIGHT has 16 digits.
+ROUTE = '''"""A toy router."""
+
+# EVOLVE-BLOCK-START
+QUEUE_WEIGHT = 1.0  # knob: float 0.0..8.0
+KV_WEIGHT = 0.0  # knob: float 0.0..8.0
+LIMIT = 4  # knob: int 1..16
+
+
+def score(view, i):
+    return (
+        QUEUE_WEIGHT * view.outstanding[i]
+        + KV_WEIGHT * view.kv_used[i]
+    )
+
+
+def pick(view):
+    if False:
+        return 0
+    return min(range(view.n), key=lambda i: score(view, i))
+# EVOLVE-BLOCK-END
+'''
+ROUTE_BEST = ROUTE.replace("QUEUE_WEIGHT = 1.0 ", "QUEUE_WEIGHT = 7.134184006256638 ").replace(
+    "+ KV_WEIGHT * view.kv_used[i]", "- KV_WEIGHT * view.kv_used[i]").replace(
+    "        return 0", "        return 1").replace("LIMIT = 4 ", "LIMIT = 9 ")
+
+
+def _route_cost(files: dict[str, str]) -> float:
+    """The 'measurement': only QUEUE_WEIGHT matters (KV_WEIGHT is zero, the branch is never
+    taken, LIMIT is read nowhere), and it must be within 2e-4 of 7.1342."""
+    text = files["program.py"]
+    assert ("+ KV_WEIGHT" in text) != ("- KV_WEIGHT" in text)
+    q = float(re.search(r"QUEUE_WEIGHT = ([0-9.e+-]+)", text).group(1))
+    return 1.0 + max(0.0, abs(q - 7.1342) - 2e-4) * 10
+
+
+def _route(trials: list[str], tried: list[dict[str, str]]):  # noqa: ANN202
+    def evaluate(files: dict[str, str], summary: str, parent: str) -> ArchiveEntry:
+        trials.append(summary)
+        tried.append(files)
+        return ArchiveEntry(f"c{100 + len(trials)}", None, files, {}, CandidateState.VALID,
+                            objectives=(_route_cost(files),))
+    return evaluate
+
+
+def _route_entries() -> tuple[ArchiveEntry, ArchiveEntry, Gate]:
+    seed = ArchiveEntry("c0001", None, {"program.py": ROUTE}, {}, CandidateState.VALID,
+                        objectives=(_route_cost({"program.py": ROUTE}),))
+    best = ArchiveEntry("c0009", None, {"program.py": ROUTE_BEST}, {}, CandidateState.VALID,
+                        objectives=(_route_cost({"program.py": ROUTE_BEST}),))
+    return seed, best, Gate.of(seed.objectives[0], best.objectives[0], True, 0.05)
+
+
+def test_a_zero_weighted_sign_flip_and_a_dead_branch_are_reverted_first_in_one_trial() -> None:
+    from optimizer.minimize import Plan, where
+
+    seed, best, gate = _route_entries()
+    plan = Plan.of(seed.files, best.files)
+    assert sorted(where(h) for h in plan.no_op) == ["program.py:12", "program.py:18"]
+    assert sorted(where(h) for h in plan.rest) == ["program.py:4", "program.py:6"]
+    trials: list[str] = []
+    tried: list[dict[str, str]] = []
+    red = reduce(_route(trials, tried), seed, best, gate, max_trials=40, deadline=math.inf)
+    # the first trial reverts both at once, and they stay reverted
+    assert "program.py:12" in trials[0] and "program.py:18" in trials[0], trials
+    first = tried[0]["program.py"]
+    assert "+ KV_WEIGHT * view.kv_used[i]" in first and "        return 0\n" in first
+    assert "QUEUE_WEIGHT = 7.134184006256638" in first and "LIMIT = 9" in first
+    assert red.notes[0].startswith("reverted program.py:12, program.py:18 together")
+    text = red.files["program.py"]
+    assert "+ KV_WEIGHT" in text and "return 1" not in text and "LIMIT = 4 " in text, text
+    assert red.complete and red.not_tried == []
+    # one trial for the two, one per other hunk, three roundings; the plan, priced for the
+    # worst, also counts the two alone (had they not held together)
+    assert red.trials == 1 + 2 + 3 and plan.trials == 1 + 2 + 2 + 3
+
+
+def test_a_sixteen_digit_knob_is_rounded_to_the_fewest_digits_that_keep_the_gain() -> None:
+    seed, best, gate = _route_entries()
+    trials: list[str] = []
+    red = reduce(_route(trials, []), seed, best, gate, max_trials=40, deadline=math.inf)
+    text = red.files["program.py"]
+    assert "QUEUE_WEIGHT = 7.134  #" in text, text
+    assert "QUEUE_WEIGHT = 7.134 (was 7.134184006256638)" in red.notes
+    # 7.134 holds and 7.13, one digit fewer, does not: no fewer digits would do
+    for value, holds in ((7.134, True), (7.13, False)):
+        files = {"program.py": text.replace("QUEUE_WEIGHT = 7.134 ", f"QUEUE_WEIGHT = {value} ")}
+        assert gate.holds(ArchiveEntry("x", None, files, {}, CandidateState.VALID,
+                                       objectives=(_route_cost(files),))) is holds
+    # bisection over 7, 7.1, 7.13, 7.134, 7.1342, 7.13418: three trials, not six
+    assert len([t for t in trials if "QUEUE_WEIGHT =" in t]) == 3, trials
+
+
+def test_a_reduction_cut_short_says_what_it_did_not_try_and_the_pull_request_says_so() -> None:
+    from optimizer.winners import Evidence, _reduced_fields, _reduction_lines
+
+    seed, best, gate = _route_entries()
+    short = reduce(_route([], []), seed, best, gate, max_trials=2, deadline=math.inf)
+    # two trials: the no-op pair, then the last hunk (LIMIT); QUEUE_WEIGHT's line and its
+    # rounding were not reached
+    assert short.trials == 2 and not short.complete
+    assert short.not_tried == ["revert program.py:4", "round QUEUE_WEIGHT"], short.not_tried
+    lines = _reduction_lines(Evidence(True, "ok", **_reduced_fields(best, short)))
+    assert ("- Reduction cut short: not tried: revert program.py:4, round QUEUE_WEIGHT."
+            in lines), lines
+    assert not any(line.startswith("- Fully reduced") for line in lines)
+    full = reduce(_route([], []), seed, best, gate, max_trials=40, deadline=math.inf)
+    lines = _reduction_lines(Evidence(True, "ok", **_reduced_fields(best, full)))
+    assert any(line.startswith("- Fully reduced") for line in lines), lines
+    assert not any("cut short" in line for line in lines)
+    # out of time before the first trial: everything is listed
+    late = reduce(_route([], []), seed, best, gate, max_trials=40, deadline=0.0)
+    assert late.trials == 0 and len(late.not_tried) == 5, late.not_tried

@@ -38,7 +38,7 @@ class _Exact(_Paired):
         return Confirmation.EXACT
 
 
-def _run(repeats: int = 15, trials: int = 12) -> SimpleNamespace:
+def _run(repeats: int = 15, trials: int = 40) -> SimpleNamespace:
     stats = SimpleNamespace(confirm_repeats=repeats, minimize_trials=trials)
     return SimpleNamespace(config=SimpleNamespace(stats=stats))
 
@@ -56,10 +56,12 @@ def test_a_confirmation_costs_what_the_kind_says() -> None:
 def test_the_reserve_counts_the_known_contenders_trials_within_its_bounds() -> None:
     ev = object.__new__(_Paired)
     r = _run()
-    # unknown contender: the most the reduction may take
-    assert lanes.winner_reserve(r, ev, 1.0, 100.0) == pytest.approx(30 + 12)
+    # unknown contender: the fallback count of trials
+    assert lanes.winner_reserve(r, ev, 1.0, 100.0) == pytest.approx(30 + lanes.FALLBACK_TRIALS)
     assert lanes.winner_reserve(r, ev, 1.0, 100.0, trials=3) == pytest.approx(33)
-    assert lanes.winner_reserve(r, ev, 1.0, 100.0, trials=40) == pytest.approx(42)
+    # a known plan is priced whole, up to the minimize_trials ceiling
+    assert lanes.winner_reserve(r, ev, 1.0, 100.0, trials=18) == pytest.approx(48)
+    assert lanes.winner_reserve(_run(trials=10), ev, 1.0, 100.0, trials=18) == pytest.approx(40)
     # never below CONFIRM_SHARE nor above MAX_CONFIRM_SHARE of the slice
     assert lanes.winner_reserve(r, ev, 0.01, 100.0) == pytest.approx(lanes.CONFIRM_SHARE * 100)
     assert lanes.winner_reserve(r, ev, 10.0, 100.0) == pytest.approx(
@@ -105,6 +107,29 @@ def test_a_shared_night_prices_the_reserve_at_its_candidates_cost_once_it_has_a_
     lane.archive.add(_entry("c0003", {"k.py": better}, 0.4), "s2")
     lane.reserve_for_winner(r)
     assert lane.reserve_s == pytest.approx((30 + 3 + 1) * 2.0)
+
+
+def test_the_reserve_covers_a_complete_reduction_priced_at_the_measured_cost() -> None:
+    """A routing-like contender (a zero-weighted sign flip, a 16-digit float knob, two int
+    knobs moved): the reserve is its plan's every trial and the confirmation's, at the
+    median cost of the night's candidates, not the six trials a short night once kept."""
+    from optimizer.minimize import Plan
+
+    lane = _lane(True, [40.0, 3.0, 3.5, 2.5, 3.0, 9.0])  # median of the candidates: 3.0
+    best = (SEED.replace("A = 1 ", "A = 8 ").replace("B = 2 ", "B = 4 ")
+            .replace("C = 0.5 ", "C = 7.134184006256638 ")
+            + "D = 0.0  # knob: float 0.0..1.0\ndef f(v):\n    return A * v - D * v\n")
+    seed = SEED + "D = 0.0  # knob: float 0.0..1.0\ndef f(v):\n    return A * v + D * v\n"
+    lane.archive = Archive(lane.archive.target)
+    lane.archive.add(_entry(SEED_ID, {"k.py": seed}, 1.0, proposer="seed"), "s0")
+    lane.archive.add(_entry("c0002", {"k.py": best}, 0.5), "s1")
+    plan = Plan.of({"k.py": seed}, {"k.py": best})
+    assert len(plan.no_op) == 1 and len(plan.rest) == 3  # the sign flip; A, B and C
+    assert plan.trials == 1 + 3 + 3  # C: 7, 7.1, ..., 7.13418 bisected in three
+    lane.reserve_for_winner(_run())
+    assert lane.typical_cost_s() == pytest.approx(3.0)
+    assert lane.reserve_s == pytest.approx((30 + plan.trials) * 3.0)
+    assert lane.reserve_s > (30 + 6) * 3.0
 
 
 def test_one_targets_slice_keeps_the_seeds_price_as_before() -> None:
@@ -154,3 +179,32 @@ def test_a_confirmation_has_the_machine_alone_while_trials_share_it() -> None:
     assert {"a out", "b out"} <= set(events[:i])  # it waited for the trials under way
     assert events[i + 1] == "confirm out"  # nothing ran beside it
     assert events.index("late in") > events.index("confirm out")  # the later trial waited
+
+
+def test_in_turn_a_target_without_a_contender_leaves_its_part_to_those_with_one(
+        monkeypatch) -> None:
+    """Winners in turn: a target with a contender first, then one without (it keeps
+    CONFIRM_SHARE of its part until it has one): the first gets all the time left."""
+    import threading
+    import time
+
+    from optimizer import winners_phase
+
+    with_one = _lane(True, [40.0, 2.0, 2.5, 1.5])
+    best = SEED.replace("A = 1 ", "A = 8 ")
+    with_one.archive.add(_entry("c0002", {"k.py": best}, 0.5), "s1")
+    with_one.reserve_for_winner(_run())
+    without = _lane(True, [40.0, 2.0, 2.5, 1.5])
+    without.reserve_for_winner(_run())
+    assert with_one.reserve_s > 0 and without.reserve_s == pytest.approx(
+        lanes.CONFIRM_SHARE * 400)
+    ends: list[float] = []
+    monkeypatch.setattr(winners_phase, "select_lane_winner",
+                        lambda r, lane, end, **kw: ends.append(end))
+    coordination = SimpleNamespace(
+        claim_winners=lambda r, left, at_most, rerun: (left[:1], []))
+    r = SimpleNamespace(budget=SimpleNamespace(stop=threading.Event()),
+                        coordination=coordination, writer=SimpleNamespace(flush=lambda: None))
+    deadline = time.monotonic() + 100.0
+    winners_phase.select_winners(r, [with_one, without], 1, deadline)  # type: ignore[arg-type]
+    assert len(ends) == 2 and ends[0] == pytest.approx(deadline, abs=1.0), ends
