@@ -135,9 +135,6 @@ class CodecEvaluator(Evaluator):
                 self._bundle = load_or_build(self.s["preset"], cache)
             return self._bundle
 
-    def prepare(self, ctx: EvalContext) -> None:
-        self.bundle(ctx)
-
     def bf16_bytes_per_token(self) -> int:
         return 2 * PRESETS[self.s["preset"]].d_model
 

@@ -16,7 +16,7 @@ budgets the decoder's CPU below the cost of those layers.
 Sound verdict: not VALID.
 """
 import glob  # noqa: E402
-import json
+import json  # noqa: E402
 import os  # noqa: E402
 
 import torch  # noqa: E402

