@@ -68,7 +68,8 @@ def main() -> None:
         "about": "The coinfer codec target's baselines and its seed at each bit width "
                  "(bench/coinfer_codecs.py): the default speculative target cut after layer 4, "
                  "32 prompts of 96 tokens and 16 greedy tokens each, the target's gates.",
-        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, {platform.python_version()}",
+        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, "
+                   f"Python {platform.python_version()}",
         "date": time.strftime("%Y-%m-%d"),
         "settings": dict(target.evaluator),
         "codecs": rows,
