@@ -203,7 +203,8 @@ class CodecEvaluator(Evaluator):
             # writable nowhere: a file one side leaves is a channel the other could read
             session = ctx.session(SERVE, {"module": self.codec_file, "functions": [fn]},
                                   workdir=workdir, io_dir=io, writable=(),
-                                  timeout_s=ctx.timeout_s + 10.0)
+                                  timeout_s=ctx.timeout_s + 10.0,
+                                  ready_timeout_s=ctx.timeout_s)
             try:
                 if not session.ok:
                     state = (CandidateState.TIMEOUT if session.timed_out
