@@ -45,6 +45,7 @@ __all__ = [
 
 # The built-in registration: kind -> "module:Class", command -> "module:object".
 BUILTIN_KINDS: dict[str, str] = {
+    "coinfer": "evaluators.coinfer:CodecEvaluator",
     "function": "evaluators.function:FunctionEvaluator",
     "harness": "evaluators.harness:HarnessEvaluator",
     "kernel": "evaluators.kernels:KernelEvaluator",

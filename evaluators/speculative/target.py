@@ -17,6 +17,7 @@ import json
 import math
 import os
 import sysconfig
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -122,6 +123,7 @@ _FORMAT = 3
 # figures on 16 prompts differed by up to 1.7x between the two (2026-11-30). Training always
 # uses this many threads, whatever the caller set; two fresh clones gave identical weights.
 TRAIN_THREADS = 2
+_BUILDING = threading.Lock()
 
 
 def _key(preset: TargetPreset, text: str) -> str:
@@ -215,7 +217,6 @@ def build_target(preset: TargetPreset, seed: int = 0) -> TargetBundle:
 
 def load_or_build(preset_name: str = "default", cache_dir: Path | None = None) -> TargetBundle:
     """The cached target of ``preset_name``; trains and caches it on first use."""
-    from safetensors.torch import save_file
 
     if preset_name not in PRESETS:
         raise ValueError(f"unknown target preset {preset_name!r}; known: {sorted(PRESETS)}")
@@ -225,6 +226,17 @@ def load_or_build(preset_name: str = "default", cache_dir: Path | None = None) -
     folder = root / f"{preset.name}-{_key(preset, text)}"
     if (folder / "meta.json").is_file():
         return load_folder(folder)
+    # Two kinds of one night share this model (speculative, coinfer) and may ask for it at
+    # once from two slots: one trains, the other waits and loads.
+    with _BUILDING:
+        if (folder / "meta.json").is_file():
+            return load_folder(folder)
+        return _build_into(preset, folder)
+
+
+def _build_into(preset: TargetPreset, folder: Path) -> TargetBundle:
+    from safetensors.torch import save_file
+
     _needs_device(preset)
     bundle = build_target(preset)
     folder.mkdir(parents=True, exist_ok=True)

@@ -47,15 +47,19 @@ START, END = "# EVOLVE-BLOCK-START", "# EVOLVE-BLOCK-END"
 NOT_VALID = {"INVALID", "REJECTED", "FAILED", "TIMEOUT", "PRUNED"}
 CAUGHT_BY_CORRECTNESS = {"INVALID", "REJECTED", "FAILED"}
 KINDS = {"function": "function", "routing": "routing", "speculative": "speculative",
-         "kernels": "kernel"}
+         "kernels": "kernel", "coinfer": "coinfer"}
 # the least per target, and the kinds the suite must cover
 MINIMUM = {"function/topk_sampling": 9, "function/prefix_cache": 4, "routing/global": 5,
-           "routing/scheduler": 2, "speculative/ngram": 5, "kernels/softmax": 5}
+           "routing/scheduler": 2, "speculative/ngram": 5, "kernels/softmax": 5,
+           "coinfer/codec": 4}
 # Small speculative settings (the tiny target, 4 prompts of 24 tokens, 32 new tokens):
 # an evaluation takes seconds once the target is trained (once per session).
 SPECULATIVE = {"preset": "tiny", "prompts": 4, "prompt_len": 24, "n_new": 32, "ks": "[1, 3, 8]",
                "train_s": 2.0, "distill_seqs": 64, "distill_prompt_len": 16,
                "distill_gen_len": 24, "repeats": 3, "sampling_n": 100, "sampling_k": 2}
+# The codec kind on the tiny target (trained in the workspace's cache, which the sandbox
+# hides), cut after its first block: an evaluation takes a few seconds.
+COINFER = {"preset": "tiny", "layer": 1, "prompts": 8, "prompt_len": 32, "n_new": 8}
 
 
 @dataclass(frozen=True)
@@ -171,7 +175,7 @@ def _params() -> list:
     params = []
     for c in ALL:
         marks = []
-        if c.family in ("kernels", "speculative") or c.key in _SLOW:
+        if c.family in ("kernels", "speculative", "coinfer") or c.key in _SLOW:
             marks.append(pytest.mark.slow)
         if c.needs_gpu:
             marks.append(pytest.mark.gpu)
@@ -205,6 +209,8 @@ def spec_cache():
 
 
 def _settings(family: str, spec_cache: Path) -> list[str]:
+    if family == "coinfer":
+        return [arg for k, v in COINFER.items() for arg in ("--set", f"evaluator.{k}={v}")]
     if family != "speculative":
         return []
     out = []

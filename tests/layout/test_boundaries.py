@@ -192,7 +192,7 @@ def _string_constants(path: Path) -> list[tuple[int, str]]:
 
 def test_no_kind_name_in_the_engine() -> None:
     builtin = set(evaluators.BUILTIN_KINDS)
-    assert builtin == {"function", "harness", "kernel", "routing", "speculative"}
+    assert builtin == {"coinfer", "function", "harness", "kernel", "routing", "speculative"}
     found = []
     for path in sorted((ROOT / "optimizer").rglob("*.py")):
         for line, text in _string_constants(path):

@@ -1,0 +1,7 @@
+"""The ``coinfer`` kind: inference split between two machines. The ``codec`` mode measures a
+codec for the hidden state that crosses the cut, on the project's own trained language model
+(docs/coinfer.md)."""
+
+from evaluators.coinfer.codec import CodecEvaluator
+
+__all__ = ["CodecEvaluator"]
