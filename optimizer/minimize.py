@@ -274,82 +274,109 @@ def reduce(
     in the order of its :class:`Plan` until ``max_trials`` or ``deadline``; what it did not
     get to is in :attr:`Reduction.not_tried`."""
     plan = Plan.of(seed.files, best.files)
-    current = Reduction(dict(best.files), best)
-    reverted: list[Hunk] = []
+    run = _Reducing(evaluate, seed, best, gate, max_trials, deadline, f"to the {base_label}'s")
+    run.revert_hunks(plan)
+    run.round_knobs(plan)
+    return run.current
 
-    def budget_left() -> bool:
-        return current.trials < max_trials and time.monotonic() < deadline
 
-    def attempt(files: dict[str, str], summary: str) -> ArchiveEntry | None:
-        current.trials += 1
+@dataclass
+class _Reducing:
+    """One reduction under way: the trials it spends and the hunks it has reverted."""
+
+    evaluate: Evaluate
+    seed: ArchiveEntry
+    best: ArchiveEntry
+    gate: Gate
+    max_trials: int
+    deadline: float
+    base: str
+    reverted: list[Hunk] = field(default_factory=list)
+    current: Reduction = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.current = Reduction(dict(self.best.files), self.best)
+
+    def budget_left(self) -> bool:
+        return self.current.trials < self.max_trials and time.monotonic() < self.deadline
+
+    def attempt(self, files: dict[str, str], summary: str) -> ArchiveEntry | None:
+        self.current.trials += 1
         try:
-            return evaluate(files, f"minimise {best.id}: {summary}", best.id)
+            return self.evaluate(files, f"minimise {self.best.id}: {summary}", self.best.id)
         except Exception:  # noqa: BLE001 - a reduction that cannot be built is just refused
             return None
 
-    def reverting(more: list[Hunk]) -> dict[str, str] | None:
+    def _reverting(self, more: list[Hunk]) -> dict[str, str] | None:
         try:
-            files = _revert(seed.files, best.files, [*reverted, *more])
+            files = _revert(self.seed.files, self.best.files, [*self.reverted, *more])
             knobs.knobs_of_files(files)  # a revert that breaks a knob declaration: skip
         except Exception:  # noqa: BLE001
             return None
         return files
 
-    def try_revert(more: list[Hunk], summary: str, note: str) -> bool:
-        files = reverting(more)
+    def try_revert(self, more: list[Hunk], summary: str, note: str) -> bool:
+        files = self._reverting(more)
         if files is None:
             return False
-        entry = attempt(files, summary)
-        if not gate.holds(entry):
+        entry = self.attempt(files, summary)
+        if not self.gate.holds(entry):
             return False
         assert entry is not None
-        reverted.extend(more)
-        current.files, current.entry = files, entry
-        current.notes.append(note)
+        self.reverted.extend(more)
+        self.current.files, self.current.entry = files, entry
+        self.current.notes.append(note)
         return True
 
-    base = f"to the {base_label}'s"
-    # 1. the likely no-op hunks at once; alone with the rest when they do not hold together
-    alone = list(plan.rest)
-    if len(plan.no_op) > 1 and budget_left():
-        spots = ", ".join(where(h) for h in plan.no_op)
-        if not try_revert(list(plan.no_op), f"revert {spots} (no behaviour change) {base}",
-                          f"reverted {spots} together (no behaviour change: the gain held)"):
+    def revert_hunks(self, plan: Plan) -> None:
+        """1. the likely no-op hunks at once (alone with the rest when they do not hold
+        together); 2. every other hunk alone, last first."""
+        alone = list(plan.rest)
+        if len(plan.no_op) > 1 and self.budget_left():
+            spots = ", ".join(where(h) for h in plan.no_op)
+            if not self.try_revert(
+                list(plan.no_op), f"revert {spots} (no behaviour change) {self.base}",
+                f"reverted {spots} together (no behaviour change: the gain held)",
+            ):
+                alone = list(reversed(plan.no_op)) + alone
+        else:
             alone = list(reversed(plan.no_op)) + alone
-    else:
-        alone = list(reversed(plan.no_op)) + alone
-    # 2. every other hunk alone, last first
-    for i, hunk in enumerate(alone):
-        if not budget_left():
-            current.not_tried += [f"revert {where(h)}" for h in alone[i:]]
-            break
-        try_revert([hunk], f"revert {where(hunk)} {base}",
-                   f"reverted {where(hunk)} (the gain held without it)")
-    # 3. float knobs to the fewest digits that keep the gain, by bisection
-    values = knobs.values_of(current.files) if plan.floats else {}
-    for name, value, roundings in plan.floats:
-        if values.get(name) != value:
-            continue  # its line was reverted to the seed's
-        if not budget_left():
-            current.not_tried.append(f"round {name}")
-            continue
+        for i, hunk in enumerate(alone):
+            if not self.budget_left():
+                self.current.not_tried += [f"revert {where(h)}" for h in alone[i:]]
+                return
+            self.try_revert([hunk], f"revert {where(hunk)} {self.base}",
+                            f"reverted {where(hunk)} (the gain held without it)")
+
+    def round_knobs(self, plan: Plan) -> None:
+        """3. float knobs to the fewest digits that keep the gain, by bisection."""
+        values = knobs.values_of(self.current.files) if plan.floats else {}
+        for name, value, roundings in plan.floats:
+            if values.get(name) != value:
+                continue  # its line was reverted to the seed's
+            if not self.budget_left():
+                self.current.not_tried.append(f"round {name}")
+                continue
+            self._bisect(name, value, roundings)
+
+    def _bisect(self, name: str, value: Any, roundings: tuple[float, ...]) -> None:
         lo, hi = 0, len(roundings)  # roundings[hi] (the value itself past the end) holds
         while lo < hi:
-            if not budget_left():
-                current.not_tried.append(f"round {name} (below {_at(roundings, hi, value)!r})")
+            if not self.budget_left():
+                self.current.not_tried.append(
+                    f"round {name} (below {_at(roundings, hi, value)!r})")
                 break
             mid = (lo + hi) // 2
-            files = knobs.substitute_files(current.files, {name: roundings[mid]})
-            entry = attempt(files, f"{name} = {roundings[mid]!r}")
-            if gate.holds(entry):
+            files = knobs.substitute_files(self.current.files, {name: roundings[mid]})
+            entry = self.attempt(files, f"{name} = {roundings[mid]!r}")
+            if self.gate.holds(entry):
                 hi = mid
                 assert entry is not None
-                current.files, current.entry = files, entry
+                self.current.files, self.current.entry = files, entry
             else:
                 lo = mid + 1
         if hi < len(roundings):
-            current.notes.append(f"{name} = {roundings[hi]!r} (was {value!r})")
-    return current
+            self.current.notes.append(f"{name} = {roundings[hi]!r} (was {value!r})")
 
 
 def _at(roundings: tuple[float, ...], i: int, value: Any) -> Any:
