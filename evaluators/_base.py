@@ -13,6 +13,7 @@ from optimizer.kinds._base import (
     read_source,
     result_from_call,
     text_beside,
+    valid_from_metrics,
 )
 
 __all__ = [
@@ -23,4 +24,5 @@ __all__ = [
     "read_source",
     "result_from_call",
     "text_beside",
+    "valid_from_metrics",
 ]

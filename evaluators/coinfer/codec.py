@@ -33,7 +33,6 @@ the other half of the held-out tokens.
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import random
 import secrets
@@ -49,7 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from evaluators._base import EvalContext, Evaluator, text_beside
+from evaluators._base import EvalContext, Evaluator, text_beside, valid_from_metrics
 from evaluators.coinfer.cputime import SessionClock, budget_s
 from evaluators.coinfer.quality import Tally
 from evaluators.coinfer.splitlm import Split, greedy_reference
@@ -333,16 +332,7 @@ class CodecEvaluator(Evaluator):
                 return EvalResult(CandidateState.INVALID,
                                   f"{metric} = {value:.4g}, {word} the gate {key} = {bound:g}",
                                   stage, metrics=metrics)
-        objectives = []
-        for obj in self.target.objectives:
-            if obj.metric not in metrics or not math.isfinite(metrics[obj.metric]):
-                return EvalResult(CandidateState.FAILED,
-                                  f"objective metric {obj.metric!r} unknown; known: "
-                                  f"{sorted(metrics)}", stage, metrics=metrics)
-            objectives.append(metrics[obj.metric])
-        primary = self.target.primary.metric
-        return EvalResult(CandidateState.VALID, "", stage, metrics=metrics,
-                          objectives=tuple(objectives), samples={primary: (metrics[primary],)})
+        return valid_from_metrics(self.target, metrics, stage)
 
     def _run(self, cand_dir: Path, ctx: EvalContext, which: str, stage: str) -> EvalResult:
         try:

@@ -39,7 +39,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evaluators._base import EvalContext, Evaluator, read_source, text_beside
+from evaluators._base import (
+    EvalContext,
+    Evaluator,
+    read_source,
+    text_beside,
+    valid_from_metrics,
+)
 from evaluators.harness import synthetic
 from evaluators.harness.config import Settings, SettingsError, parse
 from evaluators.harness.oracle import label
@@ -251,17 +257,7 @@ class HarnessEvaluator(Evaluator):
                                   f"more than the best baseline's ({report.best}: {bound:.3f}): "
                                   "the policy drops content later calls need", stage,
                                   metrics=metrics, artifacts=artifacts)
-        objectives = []
-        for obj in self.target.objectives:
-            if obj.metric not in metrics:
-                return EvalResult(CandidateState.FAILED,
-                                  f"objective metric {obj.metric!r} unknown; known: "
-                                  f"{sorted(metrics)}", stage, metrics=metrics)
-            objectives.append(metrics[obj.metric])
-        primary = self.target.primary.metric
-        return EvalResult(CandidateState.VALID, "", stage, metrics=metrics,
-                          objectives=tuple(objectives), samples={primary: (metrics[primary],)},
-                          artifacts=artifacts)
+        return valid_from_metrics(self.target, metrics, stage, artifacts=artifacts)
 
     def _second_opinion(self, cand_dir: Path, ctx: EvalContext,
                         record: list[tuple[dict[str, Any], Any]], stage: str,

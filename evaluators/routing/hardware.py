@@ -33,8 +33,26 @@ LAUNCH_S = 300e-6
 MEMORY_UTILISATION = 0.90  # share of HBM the engine may use (vLLM's default gpu_memory_utilization)
 
 
+class ModelSizes:
+    """Weight and KV sizes of a decoder, from the fields a model shape declares."""
+
+    params: float
+    layers: int
+    kv_heads: int
+    head_dim: int
+    dtype_bytes: int
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.params * self.dtype_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        return 2.0 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+
+
 @dataclass(frozen=True)
-class ModelShape:
+class ModelShape(ModelSizes):
     """The served model; the default is Llama-3-8B (GQA: 8 KV heads of 128)."""
 
     name: str = "llama-3-8b"
@@ -44,14 +62,6 @@ class ModelShape:
     kv_heads: int = 8
     head_dim: int = 128
     dtype_bytes: int = 2
-
-    @property
-    def weight_bytes(self) -> float:
-        return self.params * self.dtype_bytes
-
-    @property
-    def kv_bytes_per_token(self) -> float:
-        return 2.0 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
 
 
 @dataclass(frozen=True)

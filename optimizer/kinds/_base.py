@@ -55,6 +55,7 @@ MLflow, Optuna, openai or GitPython, and never a kind.
 from __future__ import annotations
 
 import contextlib
+import math
 import shutil
 import tempfile
 import time
@@ -178,6 +179,32 @@ def result_from_call(call: CallResult, stage: str) -> EvalResult | None:
     if call.response.get("error"):
         return EvalResult(CandidateState.FAILED, str(call.response["error"])[-4000:], stage)
     return None
+
+
+def valid_from_metrics(
+    target: TargetSpec,
+    metrics: Mapping[str, float],
+    stage: str,
+    *,
+    samples: tuple[float, ...] | None = None,
+    artifacts: Mapping[str, str] | None = None,
+) -> EvalResult:
+    """VALID with the target's objectives read from ``metrics`` (``samples`` of the primary
+    metric, its one value where none are given); FAILED, naming what is known, where an
+    objective metric is missing or not finite."""
+    objectives = []
+    for obj in target.objectives:
+        value = metrics.get(obj.metric)
+        if value is None or not math.isfinite(value):
+            return EvalResult(CandidateState.FAILED,
+                              f"objective metric {obj.metric!r} unknown or not finite; "
+                              f"known: {sorted(metrics)}", stage, metrics=metrics)
+        objectives.append(float(value))
+    primary = target.primary.metric
+    return EvalResult(CandidateState.VALID, "", stage, metrics=metrics,
+                      objectives=tuple(objectives),
+                      samples={primary: samples or (float(metrics[primary]),)},
+                      artifacts=artifacts or {})
 
 
 class Evaluator(ABC):

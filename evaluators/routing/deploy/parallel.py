@@ -37,11 +37,12 @@ from evaluators.routing.hardware import (
     EFF_MEMORY,
     MEMORY_UTILISATION,
     Accelerator,
+    ModelSizes,
 )
 
 
 @dataclass(frozen=True)
-class DeployModel:
+class DeployModel(ModelSizes):
     """A Llama-style decoder (gated MLP, grouped-query attention)."""
 
     name: str
@@ -53,14 +54,6 @@ class DeployModel:
     kv_heads: int
     head_dim: int = 128
     dtype_bytes: int = 2
-
-    @property
-    def weight_bytes(self) -> float:
-        return self.params * self.dtype_bytes
-
-    @property
-    def kv_bytes_per_token(self) -> float:
-        return 2.0 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
 
     @property
     def layer_gemm_params(self) -> float:
