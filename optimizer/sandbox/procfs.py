@@ -38,16 +38,30 @@ def children() -> dict[int, list[int]]:
 
 
 def children_of(pid: int) -> list[int]:
-    """The direct children of ``pid``."""
-    return children().get(pid, [])
+    """The direct children of ``pid``: its threads' ``children`` files (a few reads), or a
+    scan of every process where the kernel has no such files."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as fh:
+                out += [int(c) for c in fh.read().split()]
+        except FileNotFoundError:
+            if os.path.isdir(f"/proc/{pid}/task/{task}"):
+                return children().get(pid, [])  # a kernel without CONFIG_PROC_CHILDREN
+        except OSError:
+            continue  # the thread ended between the two reads
+    return out
 
 
 def descendants(root: int) -> set[int]:
     """Every process below ``root`` (not ``root`` itself)."""
-    tree = children()
     out, todo = set(), [root]
     while todo:
-        for child in tree.get(todo.pop(), ()):
+        for child in children_of(todo.pop()):
             if child not in out:
                 out.add(child)
                 todo.append(child)

@@ -58,6 +58,9 @@ def test_procfs_sees_a_child_its_cpu_time_and_its_status() -> None:
         while time.monotonic() < deadline and (procfs.cpu_seconds(child.pid) or 0) < 0.25:
             time.sleep(0.05)
         assert child.pid in procfs.children_of(os.getpid())
+        # the threads' children files agree with a scan of every process
+        assert sorted(procfs.children_of(os.getpid())) == sorted(
+            procfs.children().get(os.getpid(), []))
         assert child.pid in procfs.descendants(os.getppid())
         assert (procfs.cpu_seconds(child.pid) or 0) >= 0.25
         assert procfs.status(child.pid)["Threads"] == "1"
