@@ -152,7 +152,7 @@ class DeployEvaluator(Evaluator):
         if (key, label) not in self._caps:
             case = self.cfg.cases[label]
             self._caps[(key, label)] = capacity(plan, self.limits, self._workload(label),
-                                                case.slo, self.cfg.scale_range,
+                                                case.slo, case.scale_range,
                                                 self.cfg.bisect_steps)
         return self._caps[(key, label)]
 

@@ -14,7 +14,8 @@
     bisect_steps = 7
     workload = { kind = "profile", profile = "azure2023_conversation", seed = 3,
                  duration_s = 300 }         # training (evaluators/routing/config.py's forms)
-    held_out = [{ name = "azure-s4", kind = "profile", ..., slo = { ttft_p90_s = 6.0 } }]
+    held_out = [{ name = "azure-s4", kind = "profile", ..., slo = { ttft_p90_s = 6.0 },
+                  scale_range = [0.02, 2.0] }]     # slo and scale_range: per workload
     baselines = "targets/routing/deploy_instance/baselines"   # plan files ("" = none)
     grid = { tp = [4, 8], pp = [1], max_num_batched_tokens = [512, 2048],
              max_num_seqs = [256], block_size = [16] }        # single-class plans
@@ -50,6 +51,7 @@ SettingsError = _ConfigSettingsError
 class Case:
     workload: dict[str, Any]
     slo: DeploySlo
+    scale_range: tuple[float, float]
 
 
 @dataclass(frozen=True)
@@ -58,16 +60,15 @@ class DeployConfig:
     cases: dict[str, Case]
     train: str
     held_out: tuple[str, ...]
-    scale_range: tuple[float, float]
     bisect_steps: int
     baselines: Path | None
     grid: dict[str, list[int]]
 
     @property
     def resolution(self) -> float:
-        """The bisection's precision as a factor of the scale."""
-        low, high = self.scale_range
-        return float((high / low) ** (1.0 / 2 ** self.bisect_steps))
+        """The bisection's precision as a factor of the scale (the widest bracket's)."""
+        return max(float((c.scale_range[1] / c.scale_range[0]) ** (1.0 / 2 ** self.bisect_steps))
+                   for c in self.cases.values())
 
 
 def _number(raw: Mapping[str, Any], key: str, default: float, low: float,
@@ -92,14 +93,24 @@ def _slo(raw: Any, base: DeploySlo, key: str) -> DeploySlo:
     return DeploySlo(**values)
 
 
-def _case(raw: Any, key: str, slo: DeploySlo) -> tuple[str, Case]:
+def _range(rng: Any, key: str) -> tuple[float, float]:
+    if (not isinstance(rng, list) or len(rng) != 2
+            or any(isinstance(x, bool) or not isinstance(x, int | float) for x in rng)
+            or not 0 < rng[0] < rng[1]):
+        raise SettingsError("must be [low, high] with 0 < low < high", key)
+    return float(rng[0]), float(rng[1])
+
+
+def _case(raw: Any, key: str, slo: DeploySlo,
+          scales: tuple[float, float]) -> tuple[str, Case]:
     if not isinstance(raw, Mapping):
         raise SettingsError("must be a table", key)
     raw = dict(raw)
     name = str(raw.pop("name", "train"))
     own = _slo(raw.pop("slo", {}), slo, f"{key}.slo")
+    rng = _range(raw.pop("scale_range"), f"{key}.scale_range") if "scale_range" in raw else scales
     _check_workload(raw, key)
-    return name, Case(raw, own)
+    return name, Case(raw, own, rng)
 
 
 def _limits(s: Mapping[str, Any]) -> Limits:
@@ -144,22 +155,18 @@ def parse(s: Mapping[str, Any]) -> DeployConfig:
                             extra[0])
     limits = _limits(s)
     slo = _slo(s.get("slo", {}), DeploySlo(), "slo")
-    rng = s.get("scale_range", [0.125, 16.0])
-    if (not isinstance(rng, list) or len(rng) != 2
-            or any(isinstance(x, bool) or not isinstance(x, int | float) for x in rng)
-            or not 0 < rng[0] < rng[1]):
-        raise SettingsError("must be [low, high] with 0 < low < high", "scale_range")
+    rng = _range(s.get("scale_range", [0.125, 16.0]), "scale_range")
     steps = int(_number(s, "bisect_steps", 7, 0, True))
     if steps > 12:
         raise SettingsError("at most 12 (each step is a simulation)", "bisect_steps")
-    train, case = _case(s.get("workload", {}), "workload", slo)
+    train, case = _case(s.get("workload", {}), "workload", slo, rng)
     cases = {train: case}
     held = s.get("held_out", [])
     if not isinstance(held, list):
         raise SettingsError("must be a list of workload tables with a name", "held_out")
     names = []
     for i, raw in enumerate(held):
-        name, c = _case(raw, f"held_out[{i}]", slo)
+        name, c = _case(raw, f"held_out[{i}]", slo, rng)
         if name in cases:
             raise SettingsError(f"workload name {name!r} appears twice", f"held_out[{i}]")
         cases[name] = c
@@ -168,8 +175,7 @@ def parse(s: Mapping[str, Any]) -> DeployConfig:
     folder = (Path(base) if Path(base).is_absolute() else PROJECT_ROOT / base) if base else None
     if folder is not None and not folder.is_dir():
         raise SettingsError(f"{base!r}: not a folder of plan files", "baselines")
-    return DeployConfig(limits, cases, train, tuple(names), (float(rng[0]), float(rng[1])),
-                        steps, folder, _grid(s.get("grid", {})))
+    return DeployConfig(limits, cases, train, tuple(names), steps, folder, _grid(s.get("grid", {})))
 
 
 def build(raw: Mapping[str, Any]) -> Workload:
