@@ -202,7 +202,7 @@ def check_plan(raw: Any, limits: Limits) -> Plan:
         raise PlanError(f"plan() must return a dict with 'classes', not {type(raw).__name__}")
     extra = sorted(str(k) for k in set(raw) - {"classes"})
     if extra:
-        raise PlanError(f"plan: unknown key {extra[0]!r}; known: 'classes'")
+        raise PlanError(f"unknown top-level key {extra[0]!r}; known: 'classes'")
     raw_classes = raw.get("classes")
     if not isinstance(raw_classes, list | tuple) or not raw_classes:
         raise PlanError("plan['classes'] must be a non-empty list")
