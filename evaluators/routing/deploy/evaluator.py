@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any

@@ -30,8 +30,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from evaluators.routing.config import _check_workload, build_workload
 from evaluators.routing.config import SettingsError as _ConfigSettingsError
+from evaluators.routing.config import _check_workload, build_workload
 from evaluators.routing.deploy.capacity import DeploySlo
 from evaluators.routing.deploy.parallel import LLAMA2_70B, LLAMA3_8B, DeployModel
 from evaluators.routing.deploy.plan import Limits

@@ -16,6 +16,7 @@ from evaluators import get
 from evaluators._base import EvalContext
 from evaluators.routing.deploy.capacity import DeploySlo, bisect_capacity, capacity, clip
 from evaluators.routing.deploy.export import plan_markdown
+from evaluators.routing.deploy.parallel import LLAMA2_70B, parallel_step_model
 from evaluators.routing.deploy.plan import (
     ClassRouter,
     Limits,
@@ -23,7 +24,6 @@ from evaluators.routing.deploy.plan import (
     build_fleet,
     check_plan,
 )
-from evaluators.routing.deploy.parallel import LLAMA2_70B, parallel_step_model
 from evaluators.routing.sim import SimConfig, simulate
 from evaluators.routing.workload import SyntheticSpec, synthetic
 from optimizer.records import CandidateState
