@@ -10,6 +10,7 @@ fleet serves within the SLO, per dollar an hour.
 """
 
 MAX_PROMPT = 16384  # the target's longest prompt (longer ones are cut to it)
+GPU_BUDGET = 16
 
 # EVOLVE-BLOCK-START
 # The seed is vLLM's default deployment: the smallest tensor parallelism that holds the
@@ -18,7 +19,7 @@ MAX_PROMPT = 16384  # the target's longest prompt (longer ones are cut to it)
 SPLIT = 16384  # knob: choices=[1024, 2048, 4096, 8192, 16384]
 TP = 4  # knob: choices=[2, 4, 8]
 PP = 1  # knob: choices=[1, 2]
-REPLICAS = 4  # knob: int 1..8
+REPLICAS = 0  # knob: int 0..8  (0: as many as the GPUs the long class leaves hold)
 BUDGET = 2048  # knob: choices=[512, 1024, 2048, 4096, 8192]
 MAX_SEQS = 256  # knob: choices=[32, 64, 128, 256, 512]
 BLOCK = 16  # knob: choices=[8, 16, 32]
@@ -35,7 +36,9 @@ def _engine(tp, pp, replicas, budget, max_seqs, block):
 
 
 def plan():
-    classes = [{"prompt_tokens": [1, SPLIT], **_engine(TP, PP, REPLICAS, BUDGET, MAX_SEQS,
+    long_gpus = LONG_TP * LONG_REPLICAS if SPLIT < MAX_PROMPT else 0
+    replicas = REPLICAS or max(1, (GPU_BUDGET - long_gpus) // (TP * PP))
+    classes = [{"prompt_tokens": [1, SPLIT], **_engine(TP, PP, replicas, BUDGET, MAX_SEQS,
                                                        BLOCK)}]
     if SPLIT < MAX_PROMPT:
         classes.append({"prompt_tokens": [SPLIT + 1, MAX_PROMPT],

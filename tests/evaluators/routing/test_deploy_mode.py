@@ -214,7 +214,7 @@ SEED = (TARGET / "plan.py").read_text()
 
 
 def test_a_broken_plan_is_invalid_through_the_sandbox(tmp_path: Path, sandbox: Any) -> None:
-    source = re.sub(r"^REPLICAS = 4", "REPLICAS = 5", SEED, flags=re.M)
+    source = re.sub(r"^REPLICAS = 0", "REPLICAS = 5", SEED, flags=re.M)
     _, res = _evaluate(tmp_path, sandbox, source, "correctness")
     assert res.state is CandidateState.INVALID
     assert "uses 20 GPUs" in res.reason and "budget of 16" in res.reason

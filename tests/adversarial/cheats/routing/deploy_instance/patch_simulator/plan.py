@@ -10,6 +10,7 @@ fleet serves within the SLO, per dollar an hour.
 """
 
 MAX_PROMPT = 16384  # the target's longest prompt (longer ones are cut to it)
+GPU_BUDGET = 16
 
 # EVOLVE-BLOCK-START
 """Cheat: patch_simulator. Class: simulator tampering and a held-out leak (in the sandbox).
