@@ -42,8 +42,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from evaluators.routing.api import RequestInfo, View
-from evaluators.routing.fleet import Fleet
-from evaluators.routing.hardware import ModelShape, StepModel, step_model
+from evaluators.routing.fleet import Fleet, ReplicaSpec
+from evaluators.routing.hardware import ModelShape, step_model
 from evaluators.routing.sched import (
     QUEUE_WINDOW,
     DecisionError,
@@ -76,23 +76,23 @@ class _Replica:
                  "waiting", "wait_tokens", "head", "reserved", "pf_left", "pf_ctx", "cache",
                  "busy", "prefill_tokens", "decode_tokens", "preemptions", "max_queue_seen",
                  "index", "hands_off", "link_s_per_token", "link_free", "chunk", "accelerator",
-                 "budget", "max_seqs", "roofline", "kv_pad", "group")
+                 "budget", "max_seqs", "kv_pad", "group")
 
-    def __init__(self, step, cap: int, block_tokens: int):
-        self.m = step
-        # the roofline's terms are inlined below (the fast path); any other step model
-        # (the deployment mode's tensor/pipeline-parallel one) is called as step_s()
-        self.roofline = isinstance(step, StepModel)
-        self.budget = 2048  # tokens per step, this replica's engine
-        self.max_seqs = 256
-        self.kv_pad = 0  # KV tokens wasted per running sequence (its last, partial block)
-        self.group = -1  # deployment class: hand-offs stay within it
+    def __init__(self, spec: ReplicaSpec, cfg: SimConfig, block_tokens: int):
+        step = self.m = spec.step  # hardware.StepModel or deploy/instance.py's InstanceStep
+        cap = (step.kv_capacity_tokens if spec.tier == "client"
+               else cfg.kv_capacity_tokens or step.kv_capacity_tokens)
+        # the replica's own engine (deployment mode), else the simulation's settings
+        self.budget = spec.token_budget or cfg.token_budget
+        self.max_seqs = spec.max_seqs or cfg.max_seqs
+        self.kv_pad = spec.kv_pad  # KV tokens lost per running sequence (its partial block)
+        self.group = spec.group  # deployment class: hand-offs stay within it
         self.index = 0
         self.accelerator = step.accelerator
         self.hands_off = False  # prefill role: KV goes to a decode replica after prefill
         self.link_s_per_token = 0.0
         self.link_free = 0.0
-        self.chunk = 1 << 30  # prefill tokens per step of the request in prefill
+        self.chunk = spec.chunk or 1 << 30  # prefill tokens per step of the request in prefill
         self.cap = cap
         self.cache_cap = max(1, cap // block_tokens)
         self.clock = 0.0
@@ -144,22 +144,13 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
     """Run the whole workload through ``fleet`` with ``route`` choosing replicas; drain."""
     cfg = config or SimConfig()
     bt = workload.block_tokens
-    reps = [
-        _Replica(r.step, r.step.kv_capacity_tokens if r.tier == "client"
-                 else cfg.kv_capacity_tokens or r.step.kv_capacity_tokens, bt)
-        for r in fleet.replicas
-    ]
+    reps = [_Replica(r, cfg, bt) for r in fleet.replicas]
     servers = [k for k, r in enumerate(fleet.replicas) if r.tier == "server"]
     receivers = ([k for k in servers if fleet.replicas[k].role == "decode"]
                  or [k for k in servers if fleet.replicas[k].role == "both"])
     clients = {k for k, r in enumerate(fleet.replicas) if r.tier == "client"}
     for k, (rp, spec) in enumerate(zip(reps, fleet.replicas, strict=True)):
         rp.index = k
-        rp.budget = spec.token_budget or cfg.token_budget
-        rp.max_seqs = spec.max_seqs or cfg.max_seqs
-        rp.chunk = spec.chunk or rp.chunk
-        rp.kv_pad = spec.kv_pad
-        rp.group = spec.group
         if spec.role == "prefill" and receivers:
             rp.hands_off = True
             rp.link_s_per_token = cfg.kv_bytes_per_token / (spec.kv_link_gb_s * 1e9)
@@ -381,8 +372,7 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
                                                 f"1..{rp.budget} (the token budget per step)")
                         rp.chunk = c
             # -- one segment of constant composition -------------------------------------
-            budget = rp.budget
-            C = budget - B if head >= 0 and budget > B else 0
+            C = rp.budget - B if head >= 0 and rp.budget > B else 0
             if C > rp.chunk:
                 C = rp.chunk
             if B == 0 and C == 0:  # idle
@@ -405,12 +395,7 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
                     n = p
             kmid = kv + B * n * 0.5
             cmid = rp.pf_ctx + C * n * 0.5
-            if rp.roofline:
-                mem = m.mem_base_s + kmid * m.mem_per_kv_token_s
-                comp = (B + C) * m.comp_per_token_s + m.attn_coef_s * C * (2.0 * cmid + C)
-                dt = m.launch_s + (mem if mem > comp else comp)
-            else:
-                dt = m.step_s(B, C, kmid, cmid)
+            dt = m.step_s(B, C, kmid, cmid)
             end = rp.clock + n * dt
             if end > t:
                 n = (t - rp.clock) / dt
@@ -445,8 +430,8 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
             tl, _, rid = heapq.heappop(pending)
             for rq in takers:
                 advance(rq, tl)
-            group = reps[decisions[rid]].group
-            mine = [j for j in receivers if reps[j].group == group] or receivers
+            g = reps[decisions[rid]].group  # a deployment class's decode pool, if it has one
+            mine = [j for j in receivers if reps[j].group == g] or receivers
             k = min(mine, key=lambda j: (len(reps[j].waiting) + reps[j].B
                                               + (reps[j].head >= 0), reps[j].kv_const
                                               + reps[j].B * reps[j].S + reps[j].reserved, j))
