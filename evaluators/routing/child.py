@@ -56,6 +56,35 @@ def serve_policy(payload: dict[str, Any], io_dir: Path) -> PolicyHandler:
                          [str(f) for f in payload.get("functions", ())])
 
 
+_PLAIN_ITEMS = 10_000  # a plan is a few dozen numbers; this bounds what crosses
+
+
+def plain(value: Any) -> Any:
+    """``value`` as JSON-like data (dicts with str keys, lists, str, int, float, bool,
+    None), copied; anything else (a subclass of int, an object with methods) raises
+    TypeError, so nothing of the candidate's but data reaches the trusted side."""
+    count = [0]
+
+    def walk(v: Any, depth: int) -> Any:
+        count[0] += 1
+        if depth > 8 or count[0] > _PLAIN_ITEMS:
+            raise TypeError("plan() returned data nested deeper than 8 or with more than "
+                            f"{_PLAIN_ITEMS} items")
+        t = type(v)
+        if v is None or t in (bool, int, float, str):
+            return v
+        if t is dict:
+            if any(type(k) is not str for k in v):
+                raise TypeError("plan() returned a dict with a key that is not a str")
+            return {k: walk(x, depth + 1) for k, x in v.items()}
+        if t in (list, tuple):
+            return [walk(x, depth + 1) for x in v]
+        raise TypeError(f"plan() returned a {t.__name__}; only dict, list, str, int, float, "
+                        "bool and None cross")
+
+    return walk(value, 0)
+
+
 def _answer(value: Any) -> Any:
     return value if type(value) is int else repr(value)[:200]
 
@@ -79,7 +108,7 @@ class PolicyHandler:
             fn = getattr(module, name, None)
             if not callable(fn):
                 wanted = ("route(request, view) -> int" if name == "route"
-                          else ", ".join(HOOKS))
+                          else "plan() -> dict" if name == "plan" else ", ".join(HOOKS))
                 raise AttributeError(f"the policy must define {wanted}; {name} is missing")
             self.fns[name] = fn
         return True
@@ -91,6 +120,8 @@ class PolicyHandler:
         fn = self.fns.get(str(op))
         if fn is None:
             raise LookupError(f"{op!r} is not a function this session serves")
+        if op == "plan":  # the deployment mode: plain data, checked on the trusted side
+            return plain(fn())
         ints, floats, tail = wire.unpack(request["d"])
         if op == "route":
             return _answer(fn(*self._route_args(ints, floats, tail)))

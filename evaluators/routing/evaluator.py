@@ -98,6 +98,15 @@ class RoutingEvaluator(Evaluator):
     kind = "routing"
     preload = ("numpy",)
 
+    def __new__(cls, target: Any) -> Any:
+        """``mode = "deploy"``: the deployment mode's evaluator (a plan, not a policy;
+        evaluators/routing/deploy/evaluator.py)."""
+        if cls is RoutingEvaluator and target.evaluator.get("mode") == "deploy":
+            from evaluators.routing.deploy.evaluator import DeployEvaluator
+
+            return DeployEvaluator(target)
+        return super().__new__(cls)
+
     def __init__(self, target: Any):
         super().__init__(target)
         self.settings = dict(target.evaluator)

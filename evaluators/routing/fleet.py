@@ -40,10 +40,16 @@ class ReplicaSpec:
     index: int
     pool: str
     region: str
-    step: StepModel
+    step: Any  # hardware.StepModel, or any object with its interface (deploy/instance.py)
     role: str = "both"  # "prefill" | "decode" | "both"
     kv_link_gb_s: float = 0.0  # KV hand-off bandwidth of a prefill replica (GB/s)
     tier: str = "server"  # or "client"
+    # the replica's own engine settings (deployment mode); None: the simulator's SimConfig
+    token_budget: int | None = None
+    max_seqs: int | None = None
+    chunk: int | None = None  # prefill tokens per step of one request
+    kv_pad: int = 0  # KV tokens lost per running sequence to its last, partial block
+    group: int = -1  # deployment class: a prefill replica hands its KV within its class
 
     @property
     def accelerator(self) -> str:

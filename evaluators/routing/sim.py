@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from evaluators.routing.api import RequestInfo, View
-from evaluators.routing.fleet import Fleet
+from evaluators.routing.fleet import Fleet, ReplicaSpec
 from evaluators.routing.hardware import ModelShape, step_model
 from evaluators.routing.sched import (
     QUEUE_WINDOW,
@@ -75,16 +75,24 @@ class _Replica:
     __slots__ = ("m", "cap", "cache_cap", "clock", "S", "heap", "stack", "B", "kv_const",
                  "waiting", "wait_tokens", "head", "reserved", "pf_left", "pf_ctx", "cache",
                  "busy", "prefill_tokens", "decode_tokens", "preemptions", "max_queue_seen",
-                 "index", "hands_off", "link_s_per_token", "link_free", "chunk", "accelerator")
+                 "index", "hands_off", "link_s_per_token", "link_free", "chunk", "accelerator",
+                 "budget", "max_seqs", "kv_pad", "group")
 
-    def __init__(self, step, cap: int, block_tokens: int):
-        self.m = step
+    def __init__(self, spec: ReplicaSpec, cfg: SimConfig, block_tokens: int):
+        step = self.m = spec.step  # hardware.StepModel or deploy/instance.py's InstanceStep
+        cap = (step.kv_capacity_tokens if spec.tier == "client"
+               else cfg.kv_capacity_tokens or step.kv_capacity_tokens)
+        # the replica's own engine (deployment mode), else the simulation's settings
+        self.budget = spec.token_budget or cfg.token_budget
+        self.max_seqs = spec.max_seqs or cfg.max_seqs
+        self.kv_pad = spec.kv_pad  # KV tokens lost per running sequence (its partial block)
+        self.group = spec.group  # deployment class: hand-offs stay within it
         self.index = 0
         self.accelerator = step.accelerator
         self.hands_off = False  # prefill role: KV goes to a decode replica after prefill
         self.link_s_per_token = 0.0
         self.link_free = 0.0
-        self.chunk = 1 << 30  # prefill tokens per step of the request in prefill
+        self.chunk = spec.chunk or 1 << 30  # prefill tokens per step of the request in prefill
         self.cap = cap
         self.cache_cap = max(1, cap // block_tokens)
         self.clock = 0.0
@@ -136,11 +144,7 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
     """Run the whole workload through ``fleet`` with ``route`` choosing replicas; drain."""
     cfg = config or SimConfig()
     bt = workload.block_tokens
-    reps = [
-        _Replica(r.step, r.step.kv_capacity_tokens if r.tier == "client"
-                 else cfg.kv_capacity_tokens or r.step.kv_capacity_tokens, bt)
-        for r in fleet.replicas
-    ]
+    reps = [_Replica(r, cfg, bt) for r in fleet.replicas]
     servers = [k for k, r in enumerate(fleet.replicas) if r.tier == "server"]
     receivers = ([k for k in servers if fleet.replicas[k].role == "decode"]
                  or [k for k in servers if fleet.replicas[k].role == "both"])
@@ -177,7 +181,7 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
     preempted = [0] * N
     decisions = [-1] * N
     rtt = [0.0] * N
-    budget, max_seqs, use_cache = cfg.token_budget, cfg.max_seqs, cfg.prefix_cache
+    use_cache = cfg.prefix_cache
     run_seq = 0
     perf = time.perf_counter
 
@@ -188,7 +192,7 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
         st.queued_tokens = rp.wait_tokens
         st.kv_capacity = rp.cap
         st.kv_used = int(rp.kv_const + rp.B * rp.S + rp.reserved)
-        st.token_budget, st.max_seqs = budget, max_seqs
+        st.token_budget, st.max_seqs = rp.budget, rp.max_seqs
         return st
 
     def ask(hook: str, fn: Callable[..., object], *args: object) -> int:
@@ -306,7 +310,7 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
                     run_seq += 1
                     token[head] = run_seq
                     s_join[head] = rp.S
-                    c = prompt[head] + gen[head] - rp.S
+                    c = prompt[head] + gen[head] + rp.kv_pad - rp.S
                     contrib[head] = c
                     rp.kv_const += c
                     rp.B += 1
@@ -334,13 +338,13 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
                 rp.waiting.appendleft(rid)
                 rp.wait_tokens += prompt[rid]
                 continue
-            if head < 0 and rp.waiting and B < max_seqs:  # admit the next prefill
+            if head < 0 and rp.waiting and B < rp.max_seqs:  # admit the next prefill
                 if sched is not None and len(rp.waiting) > 1:
                     pick_waiting(rp)
                 rid = rp.waiting[0]
                 need = prompt[rid] + gen[rid]
                 # vLLM keeps a 1% watermark of free KV so admissions do not thrash
-                if kv + need <= rp.cap - rp.cap // 100 or B == 0:
+                if kv + need + rp.kv_pad <= rp.cap - rp.cap // 100 or B == 0:
                     rp.waiting.popleft()
                     hit = 0
                     if kv_ready[rid]:  # handed-off KV: nothing to prefill
@@ -357,18 +361,18 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
                     if cached[rid] < 0:
                         cached[rid] = min(hit, prompt[rid] - 1)
                     rp.head = head = rid
-                    rp.reserved = need
+                    rp.reserved = need + rp.kv_pad
                     rp.pf_left = float(need - hit)
                     rp.pf_ctx = float(hit)
                     if chunker is not None and rp.pf_left > 0:
                         req = waiting_info(rp, rid, hit)
                         c = ask("chunk_size", chunker, req, state(rp))
-                        if not 1 <= c <= budget:
+                        if not 1 <= c <= rp.budget:
                             raise DecisionError(f"chunk_size() returned {c}; it must be in "
-                                                f"1..{budget} (the token budget per step)")
+                                                f"1..{rp.budget} (the token budget per step)")
                         rp.chunk = c
             # -- one segment of constant composition -------------------------------------
-            C = budget - B if head >= 0 and budget > B else 0
+            C = rp.budget - B if head >= 0 and rp.budget > B else 0
             if C > rp.chunk:
                 C = rp.chunk
             if B == 0 and C == 0:  # idle
@@ -391,9 +395,7 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
                     n = p
             kmid = kv + B * n * 0.5
             cmid = rp.pf_ctx + C * n * 0.5
-            mem = m.mem_base_s + kmid * m.mem_per_kv_token_s
-            comp = (B + C) * m.comp_per_token_s + m.attn_coef_s * C * (2.0 * cmid + C)
-            dt = m.launch_s + (mem if mem > comp else comp)
+            dt = m.step_s(B, C, kmid, cmid)
             end = rp.clock + n * dt
             if end > t:
                 n = (t - rp.clock) / dt
@@ -428,7 +430,9 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
             tl, _, rid = heapq.heappop(pending)
             for rq in takers:
                 advance(rq, tl)
-            k = min(receivers, key=lambda j: (len(reps[j].waiting) + reps[j].B
+            g = reps[decisions[rid]].group  # a deployment class's decode pool, if it has one
+            mine = [j for j in receivers if reps[j].group == g] or receivers
+            k = min(mine, key=lambda j: (len(reps[j].waiting) + reps[j].B
                                               + (reps[j].head >= 0), reps[j].kv_const
                                               + reps[j].B * reps[j].S + reps[j].reserved, j))
             if decisions[rid] in clients:  # tokens now stream from the server

@@ -50,7 +50,8 @@ KINDS = {"function": "function", "routing": "routing", "speculative": "speculati
          "kernels": "kernel", "coinfer": "coinfer"}
 # the least per target, and the kinds the suite must cover
 MINIMUM = {"function/topk_sampling": 9, "function/prefix_cache": 4, "routing/global": 5,
-           "routing/scheduler": 2, "speculative/ngram": 5, "kernels/softmax": 5,
+           "routing/scheduler": 2, "routing/deploy_instance": 4,
+           "speculative/ngram": 5, "kernels/softmax": 5,
            "coinfer/codec": 4}
 # Small speculative settings (the tiny target, 4 prompts of 24 tokens, 32 new tokens):
 # an evaluation takes seconds once the target is trained (once per session).

@@ -1,0 +1,59 @@
+"""Capacity per dollar of the deploy_instance target's seed, baselines and grid, per workload.
+
+    python bench/deploy_plans.py [--target targets/routing/deploy_instance] [--json FILE]
+
+In-process (the seed and the baselines are the project's own files), the evaluator's
+settings, simulations and bisection; prints one table per workload and writes the figures
+to FILE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import platform
+import time
+from pathlib import Path
+
+from evaluators.routing.deploy.evaluator import DeployEvaluator
+from evaluators.routing.deploy.plan import check_plan
+from optimizer.targets import load_target
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default="targets/routing/deploy_instance")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    target = load_target(ROOT / args.target, ROOT)
+    ev = DeployEvaluator(target)
+    spec = importlib.util.spec_from_file_location("seed_plan", target.path / "plan.py")
+    assert spec is not None and spec.loader is not None
+    seed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(seed)
+    plans = {"seed": check_plan(seed.plan(), ev.limits), **ev.baseline_plans}
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    t0 = time.perf_counter()
+    for label in (ev.cfg.train, *ev.cfg.held_out):
+        rows = {name: ev._capacity(f"bench:{name}", plan, label) for name, plan in plans.items()}
+        out[label] = {name: {"capacity_per_usd": c.per_usd, "scale": c.scale, "rps": c.rps,
+                             "gpus": c.gpus, "ttft_p90_s": c.metrics["ttft_p90_all_s"],
+                             "tbt_p99_s": c.metrics["tbt_p99_s"]} for name, c in rows.items()}
+        print(f"\n{label}:")
+        for name, r in sorted(out[label].items(), key=lambda kv: -kv[1]["capacity_per_usd"]):
+            print(f"  {name:36s} {r['capacity_per_usd']:.4f} req/s per $/h  x{r['scale']:.3f}"
+                  f"  TTFT p90 {r['ttft_p90_s']:.2f} s  TBT p99 {r['tbt_p99_s']:.3f} s")
+    took = time.perf_counter() - t0
+    print(f"\n{len(plans)} plans x {len(out)} workloads in {took:.1f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "command": f"python bench/deploy_plans.py --target {args.target}",
+            "date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or "cpu",
+            "seconds": round(took, 1), "workloads": out}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
