@@ -11,7 +11,8 @@
 # 2. the imported KernelBench problem: the log-softmax without the max subtraction is
 #    INVALID, the honest one VALID;
 # 3. the GPU-marked tests of the numerics screen and of the production rivals.
-# Each stage gets a share of RUN_S seconds (default 560) from the start; OUTDIR/summary.txt
+# Each stage gets a share of RUN_S seconds (default 560) from the start (STAGES, below, picks
+# and orders them); OUTDIR/summary.txt
 # holds each stage's exit status and pytest's last lines, OUTDIR/*.xml the JUnit reports.
 set -euo pipefail
 out=${1:?usage: gpu_tests.sh OUTDIR}
@@ -46,8 +47,21 @@ stage() {  # stage NAME SHARE_PERCENT_OF_WHAT_IS_LEFT PYTEST_ARGS...
         | tee -a "$out/summary.txt"
 }
 
-ADVERSARIAL_BASELINE="$out/adversarial-gpu.json" \
-    stage adversarial 65 tests/adversarial/test_cheats.py -k "kernels"
-stage imported 60 tests/adversarial/test_imported.py
-stage gpu_marked 100 -m gpu tests/evaluators/test_numerics.py tests/evaluators/kernels/test_rivals.py
+# STAGES picks and orders them (default: all three, in this order); a stage's share is of
+# the time left when it starts, so the last one named gets all of what is left
+stages=${STAGES:-"adversarial imported gpu_marked"}
+n=$(wc -w <<< "$stages")
+i=0
+for name in $stages; do
+    i=$((i + 1))
+    share=$(( i == n ? 100 : (i == 1 ? 65 : 60) ))
+    case $name in
+        adversarial) ADVERSARIAL_BASELINE="$out/adversarial-gpu.json" \
+            stage adversarial "$share" tests/adversarial/test_cheats.py -k "kernels" ;;
+        imported) stage imported "$share" tests/adversarial/test_imported.py ;;
+        gpu_marked) stage gpu_marked "$share" -m gpu tests/evaluators/test_numerics.py \
+            tests/evaluators/kernels/test_rivals.py ;;
+        *) echo "unknown stage $name (adversarial, imported, gpu_marked)" >&2; exit 2 ;;
+    esac
+done
 echo "done in $(( $(date +%s) - t0 )) s"
