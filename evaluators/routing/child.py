@@ -108,7 +108,9 @@ class PolicyHandler:
             fn = getattr(module, name, None)
             if not callable(fn):
                 wanted = ("route(request, view) -> int" if name == "route"
-                          else "plan() -> dict" if name == "plan" else ", ".join(HOOKS))
+                          else "plan() -> dict" if name == "plan"
+                          else "split(request) -> dict" if name == "split"
+                          else ", ".join(HOOKS))
                 raise AttributeError(f"the policy must define {wanted}; {name} is missing")
             self.fns[name] = fn
         return True
@@ -122,6 +124,8 @@ class PolicyHandler:
             raise LookupError(f"{op!r} is not a function this session serves")
         if op == "plan":  # the deployment mode: plain data, checked on the trusted side
             return plain(fn())
+        if op == "split":  # the split mode: one request's facts in, plain data out
+            return plain(fn(dict(request["d"])))
         ints, floats, tail = wire.unpack(request["d"])
         if op == "route":
             return _answer(fn(*self._route_args(ints, floats, tail)))

@@ -100,11 +100,16 @@ class RoutingEvaluator(Evaluator):
 
     def __new__(cls, target: Any) -> Any:
         """``mode = "deploy"``: the deployment mode's evaluator (a plan, not a policy;
-        evaluators/routing/deploy/evaluator.py)."""
+        evaluators/routing/deploy/evaluator.py); ``mode = "split"``: the client/server
+        split mode's (evaluators/routing/split/evaluator.py)."""
         if cls is RoutingEvaluator and target.evaluator.get("mode") == "deploy":
             from evaluators.routing.deploy.evaluator import DeployEvaluator
 
             return DeployEvaluator(target)
+        if cls is RoutingEvaluator and target.evaluator.get("mode") == "split":
+            from evaluators.routing.split.evaluator import SplitEvaluator
+
+            return SplitEvaluator(target)
         return super().__new__(cls)
 
     def __init__(self, target: Any):
