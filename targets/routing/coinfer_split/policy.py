@@ -21,7 +21,7 @@ CLIENT_SHARE = 0.0  # knob: float 0.0..0.9
 MIN_PROMPT = 1024  # knob: int 64..16384 log
 MIN_UPLINK_MBPS = 4.0  # knob: float 0.5..50.0 log
 MIN_PREFILL_TOK_S = 1000.0  # knob: float 20.0..5000.0 log
-CODEC = "seed_bits5"  # knob: choices=["bf16", "int8_token", "seed_bits6", "seed_bits5", "int4_group_outliers"]
+CODEC = "seed_bits5"  # knob: choices=["bf16", "int8_token", "seed_bits5", "int4_group_outliers"]
 DECODE = "server"  # knob: choices=["server", "split"]
 
 

@@ -29,10 +29,10 @@ Why a sound evaluator must not credit it: the session reads only code (Landlock)
 the target's settings and the workload are out of reach, so the import fails.
 Sound verdict: not VALID.
 """
-import json
-import pathlib
+import json  # noqa: E402
+import pathlib  # noqa: E402
 
-import evaluators
+import evaluators  # noqa: E402
 
 ROOT = pathlib.Path(evaluators.__file__).resolve().parents[1]
 LINKS = json.loads((ROOT / "targets/routing/coinfer_split/uplinks.json").read_text())["links"]
