@@ -10,9 +10,10 @@ core (measured with bench/routing_search.py's settings, 2026-11-29).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,16 @@ from evaluators.routing.workload import Workload
 from optimizer.sandbox import loader
 
 _loads = itertools.count()
+
+
+def editable_digest(cand_dir: Path, editable: Iterable[str]) -> str:
+    """A digest of a candidate's editable files (a missing one counts as empty): the key
+    under which an evaluator keeps what one program answered."""
+    h = hashlib.sha256()
+    for rel in sorted(editable):
+        path = cand_dir / rel
+        h.update(rel.encode() + b"\0" + (path.read_bytes() if path.is_file() else b""))
+    return h.hexdigest()
 
 
 def load_module(path: Path) -> Any:

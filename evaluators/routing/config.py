@@ -47,16 +47,17 @@ told none of them (evaluators/routing/child.py).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from evaluators.routing.fleet import Fleet, build_fleet
 from evaluators.routing.metrics import Slo
 from evaluators.routing.profiles import generate, load_profile
 from evaluators.routing.sim import SimConfig
 from evaluators.routing.workload import SyntheticSpec, Workload, load_trace, synthetic
+from optimizer.errors import ConfigError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _KEYS = {"workload", "held_out", "check_requests", "pools", "rtt_ms", "sim", "slo",
@@ -81,6 +82,19 @@ class SettingsError(ValueError):
     def __init__(self, message: str, key: str):
         self.key = key
         super().__init__(message)
+
+
+_Parsed = TypeVar("_Parsed")
+
+
+def parse_settings(target: Any, parse: Callable[[dict[str, Any]], _Parsed]) -> _Parsed:
+    """A mode's ``[evaluator]`` settings parsed, or a configuration error naming the target's
+    file and the setting's key."""
+    try:
+        return parse(dict(target.evaluator))
+    except SettingsError as exc:
+        raise ConfigError(str(exc), file=f"{target.rel_path}/target.toml",
+                          key=f"evaluator.{exc.key}") from None
 
 
 def _unknown(raw: Any, allowed: set[str], key: str) -> None:

@@ -25,15 +25,15 @@ run in-process once per evaluator and workload.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from evaluators._base import EvalContext, Evaluator
+from evaluators._base import EvalContext, Evaluator, valid_from_metrics
+from evaluators.routing.baselines import editable_digest, load_module
+from evaluators.routing.config import parse_settings
 from evaluators.routing.deploy import settings as st
 from evaluators.routing.deploy.capacity import Capacity, capacity, clip
 from evaluators.routing.deploy.export import plan_markdown
@@ -56,10 +56,7 @@ class DeployEvaluator(Evaluator):
     def __init__(self, target: Any):
         super().__init__(target)
         where = f"{target.rel_path}/target.toml"
-        try:
-            self.cfg = st.parse(dict(target.evaluator))
-        except st.SettingsError as exc:
-            raise ConfigError(str(exc), file=where, key=f"evaluator.{exc.key}") from None
+        self.cfg = parse_settings(target, st.parse)
         self.limits = self.cfg.limits
         self.baseline_plans = self._baselines(where)
         self._plans: dict[str, Any] = {}  # program digest -> the plan it returned
@@ -76,10 +73,7 @@ class DeployEvaluator(Evaluator):
     def _baselines(self, where: str) -> dict[str, Plan]:
         out: dict[str, Plan] = {}
         for path in sorted(self.cfg.baselines.glob("*.py")) if self.cfg.baselines else []:
-            spec = importlib.util.spec_from_file_location(f"deploy_baseline_{path.stem}", path)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)  # our own files: trusted code
+            module = load_module(path)  # our own files: trusted code
             try:
                 out[path.stem] = check_plan(module.plan(), self.limits)
             except PlanError as exc:
@@ -101,11 +95,7 @@ class DeployEvaluator(Evaluator):
         return self._workloads[label]
 
     def _digest(self, cand_dir: Path) -> str:
-        h = hashlib.sha256()
-        for rel in sorted(self.target.editable):
-            path = cand_dir / rel
-            h.update(rel.encode() + b"\0" + (path.read_bytes() if path.is_file() else b""))
-        return h.hexdigest()
+        return editable_digest(cand_dir, self.target.editable)
 
     # -- the candidate: one plan per fresh session ---------------------------------------
     @contextmanager
@@ -214,17 +204,7 @@ class DeployEvaluator(Evaluator):
 
     def _result(self, metrics: dict[str, float], stage: str,
                 artifacts: dict[str, str]) -> EvalResult:
-        values = []
-        for obj in self.target.objectives:
-            if obj.metric not in metrics or not math.isfinite(metrics[obj.metric]):
-                return EvalResult(CandidateState.FAILED, f"objective metric {obj.metric!r} "
-                                  f"missing or not finite; known: {sorted(metrics)}", stage,
-                                  metrics=metrics)
-            values.append(metrics[obj.metric])
-        primary = self.target.primary.metric
-        return EvalResult(CandidateState.VALID, "", stage, metrics=metrics,
-                          objectives=tuple(values), samples={primary: (metrics[primary],)},
-                          artifacts=artifacts)
+        return valid_from_metrics(self.target, metrics, stage, artifacts=artifacts)
 
     def held_out(self, cand_dir: Path, ctx: EvalContext) -> EvalResult | None:
         if not self.cfg.held_out:

@@ -23,20 +23,18 @@ baselines (plain policy files, our code) run in-process once per evaluator and c
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from evaluators._base import EvalContext, Evaluator
+from evaluators._base import EvalContext, Evaluator, valid_from_metrics
+from evaluators.routing.baselines import editable_digest, load_module
+from evaluators.routing.config import parse_settings
 from evaluators.routing.remote import PolicyStopped, _start
 from evaluators.routing.split import settings as st
 from evaluators.routing.split.model import Choice, Outcome, pct, run
-from optimizer.errors import ConfigError
 from optimizer.records import CandidateState, EvalResult
 
 ENTRY = "evaluators.routing.child:serve_policy"
@@ -87,11 +85,7 @@ class SplitEvaluator(Evaluator):
 
     def __init__(self, target: Any):
         super().__init__(target)
-        where = f"{target.rel_path}/target.toml"
-        try:
-            self.cfg = st.parse(dict(target.evaluator))
-        except st.SettingsError as exc:
-            raise ConfigError(str(exc), file=where, key=f"evaluator.{exc.key}") from None
+        self.cfg = parse_settings(target, st.parse)
         self.baselines = self._load_baselines()
         self._answers: dict[str, list[Any]] = {}  # (digest, case) -> raw answers
         self._outcomes: dict[tuple[str, str], dict[str, float]] = {}
@@ -102,19 +96,11 @@ class SplitEvaluator(Evaluator):
     def _load_baselines(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
         out = {}
         for path in sorted(self.cfg.baselines.glob("*.py")) if self.cfg.baselines else []:
-            spec = importlib.util.spec_from_file_location(f"split_baseline_{path.stem}", path)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)  # our own files: trusted code
-            out[path.stem] = module.split
+            out[path.stem] = load_module(path).split  # our own files: trusted code
         return out
 
     def _digest(self, cand_dir: Path) -> str:
-        h = hashlib.sha256()
-        for rel in sorted(self.target.editable):
-            path = cand_dir / rel
-            h.update(rel.encode() + b"\0" + (path.read_bytes() if path.is_file() else b""))
-        return h.hexdigest()
+        return editable_digest(cand_dir, self.target.editable)
 
     # -- the candidate: one fresh session per stage, one call per request -----------------
     def _ask(self, cand_dir: Path, ctx: EvalContext, case: st.Case,
@@ -249,17 +235,7 @@ class SplitEvaluator(Evaluator):
 
     def _result(self, metrics: dict[str, float], stage: str,
                 artifacts: dict[str, str]) -> EvalResult:
-        values = []
-        for obj in self.target.objectives:
-            if obj.metric not in metrics or not math.isfinite(metrics[obj.metric]):
-                return EvalResult(CandidateState.FAILED, f"objective metric {obj.metric!r} "
-                                  f"missing or not finite; known: {sorted(metrics)}", stage,
-                                  metrics=metrics)
-            values.append(metrics[obj.metric])
-        primary = self.target.primary.metric
-        return EvalResult(CandidateState.VALID, "", stage, metrics=metrics,
-                          objectives=tuple(values), samples={primary: (metrics[primary],)},
-                          artifacts=artifacts)
+        return valid_from_metrics(self.target, metrics, stage, artifacts=artifacts)
 
 
 __all__ = ["ChoiceError", "SplitEvaluator", "check_choice", "request_facts"]

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from evaluators.routing.config import PROJECT_ROOT, build_workload
+from evaluators.routing.config import PROJECT_ROOT, SettingsError, build_workload
 from evaluators.routing.fleet import Fleet, build_fleet
 from evaluators.routing.sim import SimConfig
 from evaluators.routing.split.model import Client, Profile
@@ -40,12 +40,6 @@ KEYS = {"mode", "server", "webgpu_factor", "rtt_ms", "text_bytes_per_token", "ob
         "slo", "quality", "uplink_table", "workload", "devices", "uplinks", "seed",
         "held_out", "baselines", "sim"}
 QUALITY = {"max_kl_mean": 0.005, "max_kl_p99": 0.05, "min_top1": 0.95, "min_greedy": 0.85}
-
-
-class SettingsError(ValueError):
-    def __init__(self, message: str, key: str):
-        super().__init__(message)
-        self.key = key
 
 
 @dataclass(frozen=True)
