@@ -37,6 +37,8 @@ from evaluators.routing.split import settings as st
 from evaluators.routing.split.model import Choice, Outcome, pct, run
 from optimizer.records import CandidateState, EvalResult
 
+BASELINES_DIFFER = 0.05  # baselines closer than this to each other: a workload is a tie
+
 ENTRY = "evaluators.routing.child:serve_policy"
 CALL_TIMEOUT_S = 2.0
 
@@ -236,6 +238,46 @@ class SplitEvaluator(Evaluator):
     def _result(self, metrics: dict[str, float], stage: str,
                 artifacts: dict[str, str]) -> EvalResult:
         return valid_from_metrics(self.target, metrics, stage, artifacts=artifacts)
+
+    def final_check(self, cand_dir: Path, ctx: EvalContext) -> EvalResult | None:
+        """The winner against the best baseline that meets the SLO, per workload
+        (evidence.md, the pull branch's text); INVALID where it costs more than that
+        baseline on a held-out workload whose baselines differ by more than 5% (where
+        they do not, the row is a tie)."""
+        stage, rows, lost = "final_check", [], []
+        cases = [("training", self.cfg.train)] + [("held-out", c) for c in self.cfg.held_out]
+        for which, case in cases:
+            bad, m = self._measure(cand_dir, ctx, case, stage)
+            if bad is not None:
+                return bad
+            ok = {n: r["server_usd_per_mtok"] for n, r in self.baseline_figures(case).items()
+                  if r["meets_slo"]}
+            usd = m["server_usd_per_mtok"]
+            if not ok:
+                rows.append(f"| {case.name} | {which} | {usd:.4f} | - | - | - | no baseline "
+                            "meets the SLO |")
+                continue
+            best = min(ok, key=lambda n: (ok[n], n))
+            spread = max(ok.values()) / min(ok.values()) - 1.0
+            ratio = ok[best] / usd if usd > 0 else float("inf")
+            verdict = ("tie (baselines within 5%)" if spread <= BASELINES_DIFFER
+                       else "wins" if ratio > 1.0 else "equal" if ratio == 1.0 else "loses")
+            rows.append(f"| {case.name} | {which} | {usd:.4f} | {best} | {ok[best]:.4f} | "
+                        f"{ratio:.3f} | {verdict} |")
+            if which == "held-out" and verdict == "loses":
+                lost.append(f"{case.name}: {ratio:.3f}x {best}'s server $ per million tokens")
+        text = ("### Server $ per million tokens against the best baseline, per workload\n\n"
+                f"Baselines that meet the SLO (TTFT p90 <= {self.cfg.slo_ttft_s:g} s, TPOT p90 "
+                f"<= {self.cfg.slo_tpot_s:g} s): {', '.join(sorted(self.baselines))}. "
+                "Above 1 the winner is cheaper.\n\n"
+                "| workload | set | winner $/Mtok | best baseline | its $/Mtok | best / winner "
+                "| verdict |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
+        if lost:
+            return EvalResult(CandidateState.INVALID, "loses to the best baseline on held-out "
+                              "workload " + "; ".join(lost), stage,
+                              artifacts={"evidence.md": text})
+        return EvalResult(CandidateState.VALID, "held-out: no workload where the best baseline "
+                          "is cheaper", stage, artifacts={"evidence.md": text})
 
 
 __all__ = ["ChoiceError", "SplitEvaluator", "check_choice", "request_facts"]

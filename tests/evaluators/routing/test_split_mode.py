@@ -224,3 +224,54 @@ class TestRoutingSplitMode(EvaluatorContract):
     def changed_files(cls, target: TargetSpec) -> dict[str, str]:
         return {"policy.py": re.sub(r"^MIN_PROMPT = 1024", "MIN_PROMPT = 2048", SEED,
                                     flags=re.M)}
+
+
+# -- the final check: the winner against the best baseline, per workload ---------------------
+HELD = {"evaluator": {**FAST["evaluator"], "held_out": [{
+    "name": "fast-links", "workload": {"kind": "profile", "profile": "azure2023_conversation",
+                                       "seed": 4, "duration_s": 20},
+    "devices": {"rtx_4090": 1.0}, "uplinks": ["tmobile_lte_short"], "seed": 11}]}}
+
+
+def _final(tmp_path: Path, sandbox: Any, cheaper: tuple[float, ...] | None) -> Any:
+    """The seed's final check; ``cheaper``: stand-in baselines at these fractions of the
+    seed's own $ per million tokens (None: the target's real baselines)."""
+    cand = tmp_path / "cand"
+    cand.mkdir()
+    (cand / "policy.py").write_text(SEED)
+    ev = get("routing")(_target(HELD))
+    ctx = EvalContext(sandbox=sandbox, seed=0, scratch=tmp_path, io_dir=tmp_path / "io",
+                      timeout_s=60)
+    if cheaper is not None:
+        real = ev.baseline_figures
+
+        def stand_in(case: Any) -> dict[str, dict[str, float]]:
+            usd = real(case)["server_only"]["server_usd_per_mtok"]  # the seed's own figure
+            return {f"b{i}": {"server_usd_per_mtok": usd * f, "meets_slo": 1.0}
+                    for i, f in enumerate(cheaper)}
+
+        ev.baseline_figures = stand_in
+    return ev.final_check(cand, ctx)
+
+
+def test_the_final_check_writes_the_table_and_passes_the_seed(tmp_path: Path,
+                                                             sandbox: Any) -> None:
+    res = _final(tmp_path, sandbox, None)
+    assert res.state is CandidateState.VALID, res.reason
+    text = res.artifacts["evidence.md"]
+    assert "| training |" in text and "| held-out |" in text and "fast-links" in text
+
+
+def test_a_winner_that_costs_more_than_a_baseline_on_held_out_is_refused(
+        tmp_path: Path, sandbox: Any) -> None:
+    res = _final(tmp_path, sandbox, (0.8, 1.2))
+    assert res.state is CandidateState.INVALID
+    assert "fast-links" in res.reason and "b0" in res.reason
+    assert "loses" in res.artifacts["evidence.md"]
+
+
+def test_baselines_within_five_percent_of_each_other_are_a_tie(tmp_path: Path,
+                                                               sandbox: Any) -> None:
+    res = _final(tmp_path, sandbox, (0.97, 0.99))
+    assert res.state is CandidateState.VALID, res.reason
+    assert "tie" in res.artifacts["evidence.md"]
