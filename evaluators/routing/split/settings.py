@@ -39,6 +39,7 @@ from evaluators.routing.workload import Workload
 KEYS = {"mode", "server", "webgpu_factor", "rtt_ms", "text_bytes_per_token", "observe_s",
         "slo", "quality", "uplink_table", "workload", "devices", "uplinks", "seed",
         "held_out", "baselines", "sim"}
+CASE_KEYS = {"name", "workload", "devices", "uplinks", "seed"}  # a held-out entry
 QUALITY = {"max_kl_mean": 0.005, "max_kl_p99": 0.05, "min_top1": 0.95, "min_greedy": 0.85}
 
 
@@ -134,8 +135,8 @@ def parse(raw: Mapping[str, Any]) -> SplitConfig:
     except (ValueError, KeyError) as exc:
         raise SettingsError(f"server: {exc}", "server") from None
     slo = dict(raw.get("slo", {}))
-    if set(slo) - {"ttft_p90_s", "tpot_p90_s"}:
-        raise SettingsError("slo takes ttft_p90_s and tpot_p90_s", "slo")
+    for k in sorted(set(slo) - {"ttft_p90_s", "tpot_p90_s"}):
+        raise SettingsError(f"slo.{k} unknown; slo takes ttft_p90_s and tpot_p90_s", f"slo.{k}")
     quality = dict(QUALITY)
     for k, v in dict(raw.get("quality", {})).items():
         if k not in QUALITY:
@@ -152,13 +153,19 @@ def parse(raw: Mapping[str, Any]) -> SplitConfig:
     train = _case(raw, "train", uplinks, seed, prof.observe_s, "workload")
     held = []
     for j, h in enumerate(raw.get("held_out", [])):
+        for k in sorted(set(h) - CASE_KEYS):
+            raise SettingsError(f"held_out[{j}].{k} unknown; allowed: {sorted(CASE_KEYS)}",
+                                f"held_out.{j}.{k}")
         held.append(_case(h, str(h.get("name", f"held_out_{j}")), uplinks,
                           int(h.get("seed", seed + 1 + j)), prof.observe_s, "held_out"))
     base = str(raw.get("baselines", ""))
     bdir = (PROJECT_ROOT / base) if base else None
     if bdir is not None and not bdir.is_dir():
         raise SettingsError(f"baselines = {base!r}: not a folder", "baselines")
-    sim = dict(raw.get("sim", {}))
-    return SplitConfig(prof, fleet, SimConfig(**sim), _num(slo, "ttft_p90_s", 2.0),
+    try:
+        sim_config = SimConfig(**dict(raw.get("sim", {})))
+    except TypeError as exc:
+        raise SettingsError(f"sim: {exc}", "sim") from None
+    return SplitConfig(prof, fleet, sim_config, _num(slo, "ttft_p90_s", 2.0),
                        _num(slo, "tpot_p90_s", 0.1), quality, load_codecs(), train,
                        tuple(held), bdir)

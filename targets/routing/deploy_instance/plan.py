@@ -19,7 +19,8 @@ GPU_BUDGET = 16
 SPLIT = 16384  # knob: choices=[1024, 2048, 4096, 8192, 16384]
 TP = 4  # knob: choices=[2, 4, 8]
 PP = 1  # knob: choices=[1, 2]
-REPLICAS = 0  # knob: int 0..8  (0: as many as the GPUs the long class leaves hold)
+# REPLICAS = 0: as many instances as the GPUs the long class leaves hold
+REPLICAS = 0  # knob: int 0..8
 BUDGET = 2048  # knob: choices=[512, 1024, 2048, 4096, 8192]
 MAX_SEQS = 256  # knob: choices=[32, 64, 128, 256, 512]
 BLOCK = 16  # knob: choices=[8, 16, 32]
