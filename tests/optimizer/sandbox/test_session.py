@@ -170,7 +170,7 @@ def test_a_start_the_launch_limit_ends_is_a_timeout(sandbox) -> None:
     sb, workdir, io = sandbox
     (workdir / "slow.py").write_text("import time\ntime.sleep(60)\n")
     s = sb.open_session("optimizer.sandbox.serve:functions", {"module": "slow.py"},
-                        workdir=workdir, io_dir=io, timeout_s=1.0, ready_timeout_s=30.0)
+                        workdir=workdir, io_dir=io, timeout_s=1.0, ready_timeout_s=5.0)
     assert not s.ok and s.timed_out and "not ready" in s.error, s.error
     s.close()
 
