@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import math
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +26,9 @@ from evaluators.routing.deploy.plan import (
 from evaluators.routing.sim import SimConfig, simulate
 from evaluators.routing.workload import SyntheticSpec, synthetic
 from optimizer.records import CandidateState
-from optimizer.sandbox import Sandbox, SandboxSettings
 from optimizer.targets import TargetSpec, load_target
 from optimizer.testing.evaluators import EvaluatorContract
+from tests.evaluators.routing.conftest import candidate
 
 ROOT = Path(__file__).resolve().parents[3]
 TARGET = ROOT / "targets/routing/deploy_instance"
@@ -194,19 +193,13 @@ def _target(overrides: dict[str, Any] | None = None) -> TargetSpec:
 
 
 @pytest.fixture(scope="module")
-def sandbox():
-    with Sandbox(SandboxSettings(timeout_s=60, isolation="rlimits")) as sb:
-        yield sb
+def sandbox(mode_sandbox: Any) -> Any:
+    return mode_sandbox
 
 
 def _evaluate(tmp_path: Path, sandbox: Any, source: str, stage: str = "evaluate"):
-    cand = tmp_path / "cand"
-    shutil.rmtree(cand, ignore_errors=True)
-    cand.mkdir()
-    (cand / "plan.py").write_text(source)
+    cand, ctx = candidate(tmp_path, sandbox, "plan.py", source)
     ev = get("routing")(_target())
-    ctx = EvalContext(sandbox=sandbox, seed=0, scratch=tmp_path, io_dir=tmp_path / "io",
-                      timeout_s=60)
     return ev, getattr(ev, stage)(cand, ctx)
 
 

@@ -6,14 +6,12 @@ from __future__ import annotations
 import copy
 import math
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from evaluators import get
-from evaluators._base import EvalContext
 from evaluators.routing.fleet import build_fleet
 from evaluators.routing.hardware import step_model
 from evaluators.routing.sim import SimConfig, simulate
@@ -22,9 +20,9 @@ from evaluators.routing.split.model import Choice, Client, Profile, run
 from evaluators.routing.split.tables import DEVICES, Codec, Device, Uplink, derive
 from evaluators.routing.workload import Workload
 from optimizer.records import CandidateState
-from optimizer.sandbox import Sandbox, SandboxSettings
 from optimizer.targets import TargetSpec, load_target
 from optimizer.testing.evaluators import EvaluatorContract
+from tests.evaluators.routing.conftest import candidate
 
 ROOT = Path(__file__).resolve().parents[3]
 TARGET = ROOT / "targets/routing/coinfer_split"
@@ -167,19 +165,13 @@ def test_device_table_has_its_source_figures() -> None:
 
 # -- through the sandbox ------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def sandbox():
-    with Sandbox(SandboxSettings(timeout_s=60, isolation="rlimits")) as sb:
-        yield sb
+def sandbox(mode_sandbox: Any) -> Any:
+    return mode_sandbox
 
 
 def _evaluate(tmp_path: Path, sandbox: Any, source: str, stage: str = "performance"):
-    cand = tmp_path / "cand"
-    shutil.rmtree(cand, ignore_errors=True)
-    cand.mkdir()
-    (cand / "policy.py").write_text(source)
+    cand, ctx = candidate(tmp_path, sandbox, "policy.py", source)
     ev = get("routing")(_target())
-    ctx = EvalContext(sandbox=sandbox, seed=0, scratch=tmp_path, io_dir=tmp_path / "io",
-                      timeout_s=60)
     ev.correctness(cand, ctx)
     return ev, getattr(ev, stage)(cand, ctx)
 
@@ -236,12 +228,8 @@ HELD = {"evaluator": {**FAST["evaluator"], "held_out": [{
 def _final(tmp_path: Path, sandbox: Any, cheaper: tuple[float, ...] | None) -> Any:
     """The seed's final check; ``cheaper``: stand-in baselines at these fractions of the
     seed's own $ per million tokens (None: the target's real baselines)."""
-    cand = tmp_path / "cand"
-    cand.mkdir()
-    (cand / "policy.py").write_text(SEED)
+    cand, ctx = candidate(tmp_path, sandbox, "policy.py", SEED)
     ev = get("routing")(_target(HELD))
-    ctx = EvalContext(sandbox=sandbox, seed=0, scratch=tmp_path, io_dir=tmp_path / "io",
-                      timeout_s=60)
     if cheaper is not None:
         real = ev.baseline_figures
 
