@@ -62,11 +62,19 @@ def apply_limits(limits: dict[str, int]) -> None:
             print(f"sandbox: cannot set RLIMIT_{name.upper()}={value}: {exc}", file=sys.stderr)
 
 
+# This process's own threads (resolved in the child, so its own pid): a thread's name is
+# written to /proc/self/task/<tid>/comm (pthread_setname_np), and the CUDA driver names its
+# threads and fails to start with error 304 when it cannot (an H100, kernel 6.18, with
+# Landlock; bench/gpu_sandbox_probe.py). Nothing there reaches beyond this process.
+OWN_TASKS = "/proc/self/task"
+
+
 def confine(request: dict[str, Any], extra_writable: list[str]) -> None:
     """Limits, then Landlock when the request asks for it (trusted code, before the entry)."""
     apply_limits(request.get("limits", {}))
     if request.get("landlock"):
-        why = landlock.restrict([*request.get("writable", []), *extra_writable, "/dev"])
+        why = landlock.restrict([*request.get("writable", []), *extra_writable, "/dev",
+                                 OWN_TASKS])
         if why:
             print(f"sandbox: {why}; writes are not confined beyond the mounts", file=sys.stderr)
 

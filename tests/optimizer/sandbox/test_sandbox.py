@@ -44,6 +44,20 @@ def run(payload, io_dir):
             out["can_signal_parent"] = True
         except PermissionError:
             out["can_signal_parent"] = False
+    if payload.get("name_thread"):
+        import threading
+
+        def name(where):
+            try:
+                Path(where.format(tid=threading.get_native_id())).write_text("worker")
+                out[where] = True
+            except OSError:
+                out[where] = False
+
+        for where in ("/proc/self/task/{tid}/comm", "/proc/self/oom_score_adj"):
+            t = threading.Thread(target=name, args=(where,))
+            t.start()
+            t.join()
     if payload.get("sleep"):
         import time
         time.sleep(payload["sleep"])
@@ -228,6 +242,19 @@ def test_timeout_is_reported_and_the_next_call_works(layout, warm: bool) -> None
         assert time.perf_counter() - start < 5
         res = sb.call("probe_entry:run", {"n": 5}, workdir=layout["cand"], io_dir=layout["io"])
         assert res.response is not None and res.response["n"] == 10
+
+
+@pytest.mark.skipif(landlock_abi() < 1, reason="Landlock unavailable")
+@pytest.mark.parametrize("warm", [True, False])
+def test_landlock_lets_a_thread_name_itself_and_nothing_more_of_proc(layout, warm) -> None:
+    """The CUDA driver names its threads (/proc/self/task/<tid>/comm) and fails to start
+    when it cannot; the rest of /proc stays unwritable (oom_score_adj, say, as root)."""
+    with Sandbox(_settings(layout, isolation="rlimits", warm=warm)) as sb:
+        res = sb.call("probe_entry:run", {"n": 1, "name_thread": True}, workdir=layout["cand"],
+                      io_dir=layout["io"])  # fmt: skip
+    assert res.response is not None, res.error
+    assert res.response["/proc/self/task/{tid}/comm"] is True
+    assert res.response["/proc/self/oom_score_adj"] is False
 
 
 @pytest.mark.skipif(landlock_abi() < 6, reason="Landlock signal scoping needs ABI 6")
