@@ -35,7 +35,7 @@ from optimizer.sandbox import landlock
 from optimizer.sandbox.landlock import abi as landlock_abi
 from optimizer.slots import pin_from_env
 
-__all__ = ["apply_limits", "confine", "landlock_abi", "main", "run_entry"]
+__all__ = ["apply_limits", "call_home", "confine", "landlock_abi", "main", "run_entry"]
 
 _RLIMITS = {
     "as": resource.RLIMIT_AS,
@@ -67,6 +67,13 @@ def apply_limits(limits: dict[str, int]) -> None:
 # threads and fails to start with error 304 when it cannot (an H100, kernel 6.18, with
 # Landlock; bench/gpu_sandbox_probe.py). Nothing there reaches beyond this process.
 OWN_TASKS = "/proc/self/task"
+
+
+def call_home(tmp: str) -> dict[str, str]:
+    """The variables that make a call's private tmp directory its home. TRITON_HOME too:
+    Triton reads HOME when it is imported, which for a warm call is in the zygote (the
+    engine's home, where a confined call may not write and which calls must not share)."""
+    return {"HOME": tmp, "TMPDIR": tmp, "TMP": tmp, "TEMP": tmp, "TRITON_HOME": tmp}
 
 
 def confine(request: dict[str, Any], extra_writable: list[str]) -> None:

@@ -52,6 +52,7 @@ from optimizer.sandbox.calls import (
     SessionOptions,
     unknown_options,
 )
+from optimizer.sandbox.child import call_home
 from optimizer.sandbox.pipes import CappedReader, describe_exit, make_pipe, parse_response
 from optimizer.sandbox.session import Session
 from optimizer.sandbox.zygote_host import Zygote
@@ -156,7 +157,7 @@ class Sandbox:
             "MPLBACKEND": "Agg",
         }
         if tmp:
-            fixed.update({"HOME": tmp, "TMPDIR": tmp})
+            fixed.update(call_home(tmp))
         return scrubbed_env(self.settings.extra_env, fixed)
 
     def _limits(self, timeout: float) -> dict[str, int]:

@@ -35,7 +35,7 @@ import time
 import traceback
 from typing import Any
 
-from optimizer.sandbox.child import confine, run_entry
+from optimizer.sandbox.child import call_home, confine, run_entry
 from optimizer.sandbox.procfs import children_of
 from optimizer.sandbox.wire import recv_msg, send_msg
 from optimizer.slots import pin_from_env
@@ -143,7 +143,7 @@ def _child(req: dict[str, Any], fds: list[int], tmp: str, sock: socket.socket) -
             signal.signal(sig, signal.SIG_DFL)
         os.environ.clear()
         os.environ.update(req["env"])
-        os.environ.update({"HOME": tmp, "TMPDIR": tmp, "TMP": tmp, "TEMP": tmp})
+        os.environ.update(call_home(tmp))
         tempfile.tempdir = None
         os.chdir(req["workdir"])
         confine(req, [tmp])

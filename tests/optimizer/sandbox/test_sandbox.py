@@ -58,6 +58,12 @@ def run(payload, io_dir):
             t = threading.Thread(target=name, args=(where,))
             t.start()
             t.join()
+    if payload.get("triton_cache"):
+        import triton
+
+        cache = triton.knobs.cache.dir
+        os.makedirs(cache, exist_ok=True)
+        out.update(triton_cache=cache, home=os.environ["HOME"])
     if payload.get("sleep"):
         import time
         time.sleep(payload["sleep"])
@@ -255,6 +261,20 @@ def test_landlock_lets_a_thread_name_itself_and_nothing_more_of_proc(layout, war
     assert res.response is not None, res.error
     assert res.response["/proc/self/task/{tid}/comm"] is True
     assert res.response["/proc/self/oom_score_adj"] is False
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_triton_caches_in_the_calls_own_home(layout, warm: bool) -> None:
+    """Triton, imported in the zygote, took the engine's home for its cache: a confined
+    call could not write there (every GPU seed FAILED), and calls must not share one."""
+    settings = _settings(layout, isolation="rlimits", warm=warm, preload=("triton",),
+                         memory_mb=0, extra_env={"TRITON_INTERPRET": "1"})
+    with Sandbox(settings) as sb:
+        res = sb.call("probe_entry:run", {"n": 1, "triton_cache": True}, workdir=layout["cand"],
+                      io_dir=layout["io"])  # fmt: skip
+    assert res.response is not None, res.error
+    home = res.response["home"]
+    assert home != os.environ.get("HOME") and res.response["triton_cache"].startswith(home)
 
 
 @pytest.mark.skipif(landlock_abi() < 6, reason="Landlock signal scoping needs ABI 6")
