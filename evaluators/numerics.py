@@ -232,6 +232,15 @@ def _reference_output(reference: Any, init_inputs: Sequence[Any], case: Case,
     return [o.double() for o in as_list(out)]
 
 
+def shapes_only(case: Case) -> Case:
+    """``case`` with its tensor inputs as 'meta' tensors (shape and dtype, no storage): what
+    the trusted side keeps of a case once its references and digests are made. The
+    candidate's process draws the values itself; keeping them held a night's every input
+    set on the GPU (a kernel night on an 80 GB H100 ran out of memory, 2026-12-06)."""
+    inputs = tuple(t.to("meta") if isinstance(t, torch.Tensor) else t for t in case.inputs)
+    return Case(case.dist, inputs, case.params)
+
+
 def expected_meta(
     reference: Any, init_inputs: Sequence[Any], case: Case
 ) -> list[tuple[tuple[int, ...], torch.dtype]]:

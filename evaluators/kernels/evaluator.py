@@ -310,8 +310,8 @@ class _CasePool:
                 self.meta = numerics.expected_meta(self.reference, self.init, case)
             digests = {str(j): numerics.digest(t) for j, t in enumerate(case.inputs)
                        if isinstance(t, torch.Tensor)}
-            self.made[k] = (case, numerics.reference_output(self.reference, self.init, case,
-                                                            self.ref_device), digests)
+            refs = numerics.reference_output(self.reference, self.init, case, self.ref_device)
+            self.made[k] = (numerics.shapes_only(case), refs, digests)
         return self.made[k]
 
 
@@ -424,8 +424,13 @@ class KernelEvaluator(Evaluator):
             for k in range(len(pool)):
                 pool.get(k)
         if device == "cuda":
+            import torch
+
             for job in self._timing_payload(ctx, None, 1)["workloads"]:
                 self._timing_sets(job)
+            # what computing the float64 references reserved: the candidates' processes
+            # share this GPU (an 80 GB H100 ran out of memory at a cross-entropy seed)
+            torch.cuda.empty_cache()
 
     @_under_cache_lock
     def _case_pool(self, wid: str, w: Any, reference: Any, init: list[Any],
@@ -695,9 +700,10 @@ class KernelEvaluator(Evaluator):
                                           self._timing_seed + j, dtype, "cuda")
                 if j:  # one parameter set per model, as in the child
                     case = numerics.Case(case.dist, case.inputs, sets[0][0].params)
-                sets.append((case, numerics.reference_output(reference, job["init"], case,
-                                                             "cuda")))
+                refs = numerics.reference_output(reference, job["init"], case, "cuda")
+                sets.append((numerics.shapes_only(case), refs))
             self._timing_refs[key] = sets
+            torch.cuda.empty_cache()  # the float64 references' intermediates
         return self._timing_refs[key]
 
     def _bytes_moved(self, job: dict[str, Any]) -> int:

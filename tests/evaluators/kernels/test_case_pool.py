@@ -61,6 +61,11 @@ def test_a_check_leaves_no_tensor_files_behind(tmp_path):
     assert (io / "note.txt").read_text() == "kept"
     assert all(pool.params is not None and pool.params.exists()
                for pool in evaluator._pools.values())  # the night's parameters stay
+    # the trusted side keeps each case's references and digests, not its inputs: holding
+    # them kept a night's every input set on the GPU (an 80 GB H100 ran out of memory)
+    kept = [t for pool in evaluator._pools.values() for case, _, _ in pool.made.values()
+            for t in case.inputs if hasattr(t, "device")]
+    assert kept and all(t.device.type == "meta" for t in kept)
 
 
 def test_clearing_the_io_folder_follows_no_link_and_trips_on_no_folder(tmp_path):
