@@ -423,14 +423,9 @@ class KernelEvaluator(Evaluator):
             pool = self._case_pool(f"w{i}", w, reference, init, ctx)
             for k in range(len(pool)):
                 pool.get(k)
-        if device == "cuda":
-            import torch
-
+        if device == "cuda":  # the timing sets' references last: they empty the cache
             for job in self._timing_payload(ctx, None, 1)["workloads"]:
                 self._timing_sets(job)
-            # what computing the float64 references reserved: the candidates' processes
-            # share this GPU (an 80 GB H100 ran out of memory at a cross-entropy seed)
-            torch.cuda.empty_cache()
 
     @_under_cache_lock
     def _case_pool(self, wid: str, w: Any, reference: Any, init: list[Any],
@@ -683,9 +678,8 @@ class KernelEvaluator(Evaluator):
 
     @_under_cache_lock
     def _timing_sets(self, job: dict[str, Any]) -> list[tuple[Any, list[Any]]]:
-        """The input sets the timed calls rotate over (the same seeds the child draws them
-        from) with their float64 references, computed once per night (they are the same
-        for every candidate, so candidates are compared on the same inputs)."""
+        """The input sets the timed calls rotate over (the seeds the child draws them from)
+        with their float64 references, made once per night: every candidate's the same."""
         key = job["id"]
         if key not in self._timing_refs:
             import torch
@@ -703,7 +697,7 @@ class KernelEvaluator(Evaluator):
                 refs = numerics.reference_output(reference, job["init"], case, "cuda")
                 sets.append((numerics.shapes_only(case), refs))
             self._timing_refs[key] = sets
-            torch.cuda.empty_cache()  # the float64 references' intermediates
+            torch.cuda.empty_cache()  # what the float64 references reserved (GPU shared)
         return self._timing_refs[key]
 
     def _bytes_moved(self, job: dict[str, Any]) -> int:
