@@ -100,13 +100,13 @@ def test_multigpu_script_dry_run_on_cpu(tmp_path: Path, monkeypatch: pytest.Monk
     git(repo, "add", "-A")
     git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "pair")
     out = tmp_path / "out"
-    env = {**os.environ, "TOY_EVAL_S": "0.2"}
+    env = {**os.environ, "TOY_EVAL_S": "0.1"}
     res = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "multigpu_h200.py"), "--repo", str(repo),
-         "--experiment", "experiments/pair.toml", "--out", str(out), "--minutes", "0.5",
+         "--experiment", "experiments/pair.toml", "--out", str(out), "--minutes", "0.3",
          "--gpus", "2", "--per-gpu", "1", "--kill-after", "3",
-         "--set", "budget.max_candidates=40", "--set", "targets.toy.max_candidates=16",
-         "--set", "targets.toy2.max_candidates=16",  # both targets' turns in the serial night
+         "--set", "budget.max_candidates=24", "--set", "targets.toy.max_candidates=12",
+         "--set", "targets.toy2.max_candidates=12",  # both targets' turns in the serial night
          "--set", "worker.heartbeat_s=1", "--set", "worker.grace_s=3"],  # records each second
         cwd=tmp_path, env=env, timeout=600, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
