@@ -40,7 +40,7 @@ class TargetPreset:
     batch: int
     steps: int
     lr: float
-    max_train_s: float  # safety cap on training time; steps normally end it first
+    max_train_s: float  # safety cap on training time (CPU: past it is an error, not a model)
     max_len: int = 512
     # Added for the GPU preset; left out of the cache key at these defaults, so the caches
     # of the CPU presets stay valid.
@@ -56,9 +56,10 @@ PRESETS = {
     # 400 steps take 65 s on 2 quiet cores (2026-11-30). The time cap is a safety net set
     # well above that: with a 90 s cap a busy machine ended training early (314 steps, loss
     # 4.86 against 4.45), so the same preset gave a different, less repetitive target and
-    # the speculative figures of two nights could not be compared.
-    "default": TargetPreset("default", 1024, 128, 8, 4, 3_000_000, 64, 32, 400, 5e-3, 300.0),
-    "tiny": TargetPreset("tiny", 320, 64, 2, 2, 400_000, 64, 16, 120, 1e-2, 10.0, 256),
+    # the speculative figures of two nights could not be compared. On the CPU, passing the
+    # cap is now an error: the steps alone make the model.
+    "default": TargetPreset("default", 1024, 128, 8, 4, 3_000_000, 64, 32, 400, 5e-3, 900.0),
+    "tiny": TargetPreset("tiny", 320, 64, 2, 2, 400_000, 64, 16, 120, 1e-2, 120.0, 256),
     # A target worth speculating on with CUDA graphs: 0.30 B parameters, 24 layers of width
     # 1024, trained on a GPU (TF32) on 40 M characters of the standard library (its subfolders
     # included: about 15 M tokens). The steps are the budget; the 270 s cap is the safety net
@@ -152,10 +153,15 @@ def train_target(model: TinyLM, tokens: torch.Tensor, *, steps: int, batch: int,
     start = time.perf_counter()
     model.train()
     for step in range(steps):
-        # Progress is the larger of steps done and time used, so the warm-up and cosine
-        # decay complete even when the time cap ends training (a step-only schedule left
-        # a time-capped GPU run at 1/12 of its peak rate, final loss 6.6 instead of ~2).
-        progress = max(step / steps, (time.perf_counter() - start) / max_s)
+        # On a GPU, progress is the larger of steps done and time used, so the warm-up and
+        # cosine decay complete even when the time cap ends training (a step-only schedule
+        # left a time-capped GPU run at 1/12 of its peak rate, final loss 6.6 instead of ~2).
+        # On the CPU the steps alone set the schedule: a busy machine must not train another
+        # model (a fresh clone's CI, loaded, once trained the tiny preset for 15 of 120 steps
+        # and a codec that ignores its payload passed the quality gates of that model).
+        progress = step / steps
+        if cuda:
+            progress = max(progress, (time.perf_counter() - start) / max_s)
         scale = progress / 0.05 if progress < 0.05 else 0.5 * (
             1 + math.cos(math.pi * min(1.0, (progress - 0.05) / 0.95)))
         scale = max(scale, 0.02)
@@ -173,7 +179,13 @@ def train_target(model: TinyLM, tokens: torch.Tensor, *, steps: int, batch: int,
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(loss.detach())  # read once at the end: no GPU sync per step
-        if time.perf_counter() - start > max_s:
+        if time.perf_counter() - start > max_s and step + 1 < steps:
+            if not cuda:
+                raise RuntimeError(
+                    f"training the target passed its {max_s:.0f} s cap after {step + 1} of "
+                    f"{steps} steps: this machine is too busy to train it as its preset says, "
+                    "and a shorter training makes another model; train it on a quieter "
+                    "machine (the cache keeps it) or raise the preset's max_train_s")
             break
     model.zero_grad(set_to_none=True)
     model.eval()

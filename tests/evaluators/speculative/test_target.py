@@ -54,3 +54,34 @@ def test_preparing_a_gpu_preset_without_a_gpu_is_a_clear_error(tmp_path, capsys)
     err = capsys.readouterr().err
     assert "trained on a CUDA GPU and none is visible here" in err
     assert not (tmp_path / "speculative").exists()  # nothing half-made
+
+
+def _train(monkeypatch, clock, max_s: float) -> dict[str, torch.Tensor]:
+    """Six steps of a two-layer model on a fixed token stream, under a given clock."""
+    import types
+
+    from evaluators.speculative import target as target_mod
+
+    monkeypatch.setattr(target_mod, "time", types.SimpleNamespace(perf_counter=clock))
+    torch.manual_seed(0)
+    model = target_mod.TinyLM(target_mod.LMConfig(64, 16, 2, 2, 2, max_len=32))
+    tokens = torch.randint(0, 64, (400,), generator=torch.Generator().manual_seed(1))
+    losses, _ = target_mod.train_target(model, tokens, steps=6, batch=2, seq_len=16, lr=1e-2,
+                                        max_s=max_s)
+    assert len(losses) == 6
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def test_a_busy_machine_trains_the_same_cpu_model(monkeypatch):
+    # A loaded machine's clock runs ahead of the steps (half the cap gone after one step):
+    # the learning-rate schedule follows the steps alone, so the weights are the same.
+    quiet = _train(monkeypatch, lambda: 0.0, max_s=100.0)
+    ticks = iter([0.0, 0.0] + [50.0] * 100)
+    busy = _train(monkeypatch, lambda: next(ticks), max_s=100.0)
+    assert all(torch.equal(quiet[k], busy[k]) for k in quiet)
+
+
+def test_passing_the_cap_on_the_cpu_is_an_error_not_a_smaller_model(monkeypatch):
+    ticks = iter([0.0] + [float(i) for i in range(1, 100)])
+    with pytest.raises(RuntimeError, match=r"passed its 3 s cap after \d of 6 steps"):
+        _train(monkeypatch, lambda: next(ticks), max_s=3.0)
