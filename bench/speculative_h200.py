@@ -161,7 +161,8 @@ def main() -> None:
                             max_len=1024)).to(dev)
     set_tf32(True)
     losses, secs = train_target(model, train, steps=10**6, batch=cfg["batch"],
-                                seq_len=cfg["seq"], lr=cfg["lr"], max_s=cfg["target_s"])
+                                seq_len=cfg["seq"], lr=cfg["lr"], max_s=cfg["target_s"],
+                                time_budget=True)
     set_tf32(False)  # fp32 decoding: ties between logits stay rare
     for p in model.parameters():
         p.requires_grad_(False)

@@ -136,8 +136,13 @@ def _key(preset: TargetPreset, text: str) -> str:
 
 
 def train_target(model: TinyLM, tokens: torch.Tensor, *, steps: int, batch: int, seq_len: int,
-                 lr: float, max_s: float, seed: int = 0) -> tuple[list[float], float]:
+                 lr: float, max_s: float, seed: int = 0,
+                 time_budget: bool = False) -> tuple[list[float], float]:
     """AdamW with warm-up and cosine decay on random windows; returns (losses, seconds).
+
+    ``max_s`` is a safety cap: on the CPU, passing it is an error. With ``time_budget`` (a
+    benchmark that trains for a given time, ``steps`` a mere bound) or on a GPU, the schedule
+    follows the time used too and the cap ends training.
 
     On a GPU (``model`` there), the windows are gathered on the device and matmuls use
     TF32 (float32 otherwise: under bf16 autocast a target trained to loss 5.33 instead of
@@ -160,7 +165,7 @@ def train_target(model: TinyLM, tokens: torch.Tensor, *, steps: int, batch: int,
         # model (a fresh clone's CI, loaded, once trained the tiny preset for 15 of 120 steps
         # and a codec that ignores its payload passed the quality gates of that model).
         progress = step / steps
-        if cuda:
+        if cuda or time_budget:
             progress = max(progress, (time.perf_counter() - start) / max_s)
         scale = progress / 0.05 if progress < 0.05 else 0.5 * (
             1 + math.cos(math.pi * min(1.0, (progress - 0.05) / 0.95)))
@@ -180,7 +185,7 @@ def train_target(model: TinyLM, tokens: torch.Tensor, *, steps: int, batch: int,
         opt.step()
         losses.append(loss.detach())  # read once at the end: no GPU sync per step
         if time.perf_counter() - start > max_s and step + 1 < steps:
-            if not cuda:
+            if not (cuda or time_budget):
                 raise RuntimeError(
                     f"training the target passed its {max_s:.0f} s cap after {step + 1} of "
                     f"{steps} steps: this machine is too busy to train it as its preset says, "

@@ -56,7 +56,8 @@ def test_preparing_a_gpu_preset_without_a_gpu_is_a_clear_error(tmp_path, capsys)
     assert not (tmp_path / "speculative").exists()  # nothing half-made
 
 
-def _train(monkeypatch, clock, max_s: float) -> dict[str, torch.Tensor]:
+def _train(monkeypatch, clock, max_s: float, steps: int = 6,
+           **kw: bool) -> dict[str, torch.Tensor]:
     """Six steps of a two-layer model on a fixed token stream, under a given clock."""
     import types
 
@@ -67,8 +68,8 @@ def _train(monkeypatch, clock, max_s: float) -> dict[str, torch.Tensor]:
     model = target_mod.TinyLM(target_mod.LMConfig(64, 16, 2, 2, 2, max_len=32))
     tokens = torch.randint(0, 64, (400,), generator=torch.Generator().manual_seed(1))
     losses, _ = target_mod.train_target(model, tokens, steps=6, batch=2, seq_len=16, lr=1e-2,
-                                        max_s=max_s)
-    assert len(losses) == 6
+                                        max_s=max_s, **kw)
+    assert len(losses) == steps
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
@@ -85,3 +86,8 @@ def test_passing_the_cap_on_the_cpu_is_an_error_not_a_smaller_model(monkeypatch)
     ticks = iter([0.0] + [float(i) for i in range(1, 100)])
     with pytest.raises(RuntimeError, match=r"passed its 3 s cap after \d of 6 steps"):
         _train(monkeypatch, lambda: next(ticks), max_s=3.0)
+
+
+def test_a_benchmarks_time_budget_ends_its_training_at_the_cap(monkeypatch):
+    ticks = iter([0.0] + [float(i) for i in range(1, 100)])
+    _train(monkeypatch, lambda: next(ticks), max_s=3.0, steps=2, time_budget=True)
