@@ -27,8 +27,10 @@ import collections
 import contextlib
 import dataclasses
 import queue
+import sys
 import threading
 import time
+from collections.abc import Iterator
 
 from optimizer import search, sharing
 from optimizer.advice import dry_run_advice
@@ -117,7 +119,7 @@ class Scheduler:
         recorder = threading.Thread(target=self._recording, name="record", daemon=True)
         # the serial loop lets the writer run only while a candidate is evaluated (Writer)
         held = self.r.writer.held() if p.in_flight == 1 else contextlib.nullcontext()
-        with held:
+        with held, _quick_gil_handover(p.width > 1):
             for t in (*threads, recorder):
                 t.start()
             join(*threads)
@@ -364,6 +366,25 @@ class Scheduler:
         without a GPU held ten of them until the night's end)."""
         if not track.searching and not track.flying and track.lane.seed_is_out:
             track.lane.close_sandboxes()
+
+
+# With several slots, a slot's thread that waits on its sandbox (a socket, a fork) takes the
+# GIL back after each wait, behind whichever thread computes meanwhile (a sampler's ask, a
+# record): at Python's 5 ms switch interval that cost each evaluation tens of milliseconds
+# on 2 cores. At 0.5 ms, 4 slots of an I/O-bound target evaluated 4% more candidates per
+# second (six pairs of toy nights each, 2026-12-06); one slot's rate did not change.
+GIL_SWITCH_S = 0.0005
+
+
+@contextlib.contextmanager
+def _quick_gil_handover(on: bool) -> Iterator[None]:
+    before = sys.getswitchinterval()
+    if on:
+        sys.setswitchinterval(min(before, GIL_SWITCH_S))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
 
 
 def join(*threads: threading.Thread) -> None:

@@ -24,6 +24,7 @@ from optimizer.claims import Claims
 from optimizer.config import ExperimentConfig
 from optimizer.errors import ConfigError, OptimizerError, WorkspaceError
 from optimizer.tracking import Tracker
+from optimizer.tracking_process import TrackerProcess
 from optimizer.vcs import BRANCH_ROOT, Workspace
 
 log = logging.getLogger("optimizer.worker")
@@ -225,7 +226,7 @@ def join_night(config: ExperimentConfig, storage: SharedStorage, claims: Claims,
         if claims.take(wsid, f"night:{number}", value):
             return Night(name, number, value["start"], value["end"], value["minutes"], run_id,
                          base_commit)
-        tracker.client.delete_run(run_id)  # another worker started the night first
+        tracker.delete_run(run_id)  # another worker started the night first
     raise OptimizerError("could not open or join a night (ten claims lost in a row)")
 
 
@@ -275,8 +276,8 @@ def open_tracker(config: ExperimentConfig) -> Tracker:
     for attempt in range(5):
         try:
             with _sqlite_turn(config.tracking_uri):
-                return Tracker(config.tracking_uri, config.name,
-                               config.state_dir / "mlartifacts")
+                return TrackerProcess(config.tracking_uri, config.name,
+                                      config.state_dir / "mlartifacts")
         except Exception:
             if attempt == 4 or not config.tracking_uri.startswith("sqlite:"):
                 raise

@@ -177,6 +177,13 @@ class Tracker:
     def resume_night(self, run_id: str) -> None:
         self.client.update_run(run_id, status="RUNNING")
 
+    def delete_run(self, run_id: str) -> None:
+        self.client.delete_run(run_id)
+
+    def close(self) -> None:
+        """Nothing to end here (a :class:`~optimizer.tracking_process.TrackerProcess`
+        ends its process)."""
+
     def end_night(self, run_id: str, status: str = "FINISHED") -> None:
         self.client.set_terminated(run_id, status=status)
 

@@ -130,6 +130,9 @@ class Sandbox:
         self._spare: list[Zygote] = []
         self._busy: set[int] = set()
         self._lock = threading.Lock()
+        # a warm process starts once: a call that needs one another thread is starting
+        # (warm_up) waits for it instead of starting a spare
+        self._starting = threading.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
@@ -216,24 +219,27 @@ class Sandbox:
         with self._lock:
             self._busy.discard(id(zygote))
 
-    @staticmethod
-    def _ensure_started(zygote: Zygote) -> None:
-        if not zygote.alive:
-            hello = zygote.start()
-            if hello.get("errors"):
-                log.warning("warm sandbox could not preload: %s", "; ".join(hello["errors"]))
+    def _ensure_started(self, zygote: Zygote) -> None:
+        with self._starting:
+            if not zygote.alive:
+                hello = zygote.start()
+                if hello.get("errors"):
+                    log.warning("warm sandbox could not preload: %s",
+                                "; ".join(hello["errors"]))
 
     def warm_up(self) -> None:
-        """Start the zygote now (it imports the preload modules) instead of on first call."""
+        """Start the zygote now (it imports the preload modules) instead of on first call;
+        a call meanwhile waits for it. Not beside :meth:`close`."""
         if self._rw_root is None or not self.settings.warm:
             return
-        z = self._acquire()
+        with self._lock:
+            if self._zygote is None:
+                self._zygote = self._new_zygote()
+            z = self._zygote
         try:
             self._ensure_started(z)
         except ZygoteDied as exc:
             raise SandboxError(str(exc)) from None
-        finally:
-            self._release(z)
 
     # -- the call ----------------------------------------------------------------------
     def call(self, entry: str, payload: Mapping[str, Any], *, workdir: Path,

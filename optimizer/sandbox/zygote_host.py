@@ -8,6 +8,7 @@ fresh one.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import select
 import signal
@@ -22,6 +23,14 @@ from typing import Any
 from optimizer.errors import ZygoteDied
 from optimizer.sandbox.pipes import CappedReader, make_pipe
 from optimizer.sandbox.wire import recv_msg, send_msg
+
+# bwrap's --die-with-parent (PR_SET_PDEATHSIG) kills the sandbox when the *thread* that
+# forked it ends, not the engine: a warm process started by a short-lived thread (a night's
+# warm-up of its slots) was killed as that thread returned, and the first call on it failed
+# ("connection reset", exit -9). Every warm process is forked by this one thread, which
+# lives as long as the engine.
+_SPAWNER = concurrent.futures.ThreadPoolExecutor(max_workers=1,
+                                                 thread_name_prefix="zygote-spawner")
 
 
 class Zygote:
@@ -64,7 +73,8 @@ class Zygote:
             ",".join(self.preload),
         ]
         try:
-            self.proc = subprocess.Popen(
+            self.proc = _SPAWNER.submit(
+                subprocess.Popen,
                 cmd,
                 cwd=self.cwd,
                 env=self.env,
@@ -73,7 +83,7 @@ class Zygote:
                 stderr=err_w,
                 pass_fds=(theirs.fileno(),),
                 start_new_session=True,
-            )
+            ).result()
         finally:
             theirs.close()
             os.close(err_w)

@@ -238,6 +238,34 @@ def test_zygote_is_restarted_after_it_dies(layout) -> None:
         assert zygote.starts == 2
 
 
+def test_a_warm_up_from_a_thread_that_ends_outlives_it(layout) -> None:
+    # bwrap's --die-with-parent kills the sandbox when the thread that forked it ends
+    import threading
+
+    with Sandbox(_settings(layout)) as sb:
+        t = threading.Thread(target=sb.warm_up)
+        t.start()
+        t.join()
+        time.sleep(0.3)  # a kill on the thread's end has landed by now
+        zygote = sb._zygote
+        assert zygote is not None and zygote.alive
+        res = sb.call("probe_entry:run", {"n": 4}, workdir=layout["cand"], io_dir=layout["io"])
+        assert res.response is not None and res.response["n"] == 8, res.error
+        assert zygote.starts == 1
+
+
+def test_a_call_during_a_warm_up_waits_for_it_and_starts_no_spare(layout) -> None:
+    import threading
+
+    with Sandbox(_settings(layout)) as sb:
+        t = threading.Thread(target=sb.warm_up)
+        t.start()
+        res = sb.call("probe_entry:run", {"n": 1}, workdir=layout["cand"], io_dir=layout["io"])
+        t.join()
+        assert res.response is not None and res.response["n"] == 2, res.error
+        assert sb._zygote is not None and sb._zygote.starts == 1 and not sb._spare
+
+
 @pytest.mark.parametrize("warm", [True, False])
 def test_timeout_is_reported_and_the_next_call_works(layout, warm: bool) -> None:
     with Sandbox(_settings(layout, warm=warm)) as sb:

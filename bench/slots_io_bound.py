@@ -1,0 +1,59 @@
+"""Candidates per second of an I/O-bound function target with 4 slots against 1.
+
+The toy target's evaluate() waits ``--eval-s`` seconds and uses no CPU, so 4 slots could
+evaluate 4x the candidates of 1; what they lose is the engine's own latency beside three
+other slots (sandbox starts, the scheduler's lock, the GIL). Each pair is two nights in a
+fresh throwaway repository, 1 slot (16 candidates) then 4 (32), each counted from the
+seed's line to the last candidate's (``evaluators.function.toy.candidates_per_second``).
+Run it on a quiet machine: a pair's ratio moves by +-5% from one pair to the next.
+
+    .venv/bin/python bench/slots_io_bound.py [--pairs 8] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from evaluators.function import toy  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pairs", type=int, default=8)
+    ap.add_argument("--eval-s", type=float, default=0.5)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    os.environ["GIT_CONFIG_NOSYSTEM"] = "1"
+    os.environ["TOY_EVAL_S"] = str(args.eval_s)
+    pairs = []
+    for i in range(args.pairs):
+        repo = toy.make_toy_repo(Path(tempfile.mkdtemp()) / "repo", toy.SLOW_EVALUATE)
+        one = toy.candidates_per_second(repo, 1, 16)
+        four = toy.candidates_per_second(repo, 4, 32)
+        pairs.append({"one_per_s": round(one, 4), "four_per_s": round(four, 4),
+                      "ratio": round(four / one, 4)})
+        print(f"pair {i + 1}: 1 slot {one:.3f}/s, 4 slots {four:.3f}/s, {four / one:.3f}x",
+              flush=True)
+    ratios = [p["ratio"] for p in pairs]
+    out = {"date": date.today().isoformat(), "machine": f"{os.cpu_count()} cores, "
+           f"{platform.machine()}, Python {platform.python_version()}",
+           "eval_s": args.eval_s, "pairs": pairs, "median_ratio": statistics.median(ratios),
+           "min_ratio": min(ratios), "max_ratio": max(ratios)}
+    print(f"median {out['median_ratio']:.3f}x ({out['min_ratio']:.3f}x-{out['max_ratio']:.3f}x)")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
