@@ -30,7 +30,7 @@ from optimizer.errors import WorkspaceError
 from optimizer.tracking import Tracker
 
 # Tracker's methods that stay in the engine: they read no store
-_LOCAL = frozenset({"local", "ui_command", "close"})
+LOCAL_CALLS = frozenset({"local", "ui_command", "close"})
 
 
 class RemoteError(RuntimeError):
@@ -121,7 +121,7 @@ def _forwarder(name: str) -> Any:
 
 
 for _name, _member in vars(Tracker).items():
-    if (callable(_member) and not _name.startswith("_") and _name not in _LOCAL
+    if (callable(_member) and not _name.startswith("_") and _name not in LOCAL_CALLS
             and _name not in vars(TrackerProcess)):
         setattr(TrackerProcess, _name, _forwarder(_name))
 
