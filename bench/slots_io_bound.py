@@ -4,7 +4,8 @@ The toy target's evaluate() waits ``--eval-s`` seconds and uses no CPU, so 4 slo
 evaluate 4x the candidates of 1; what they lose is the engine's own latency beside three
 other slots (sandbox starts, the scheduler's lock, the GIL). Each pair is two nights in a
 fresh throwaway repository, 1 slot (16 candidates) then 4 (32), each counted from the
-seed's line to the last candidate's (``evaluators.function.toy.candidates_per_second``).
+seed's line to the last candidate's (as the slow test
+``tests/evaluators/test_function.py -k io_bound`` counts them).
 Run it on a quiet machine: a pair's ratio moves by +-5% from one pair to the next.
 
     .venv/bin/python bench/slots_io_bound.py [--pairs 8] [--json OUT]
@@ -28,6 +29,28 @@ sys.path.insert(0, str(ROOT))
 from evaluators.function import toy  # noqa: E402
 
 
+def candidates_per_second(repo: Path, slots: int, n: int) -> float:
+    """A night of the toy target with ``slots`` slots: candidates per second of its search,
+    from the seed's line to the n-th candidate's (the I/O-bound figure of the slots, with
+    ``SLOW_EVALUATE`` and ``TOY_EVAL_S`` set)."""
+    import time
+
+    from optimizer.config import load_experiment
+    from optimizer.loop import run
+
+    cfg = load_experiment(
+        repo / "experiments/toy.toml",
+        [f"budget.max_candidates={n + 1}", "budget.minutes=30", "stats.minimize_trials=0",
+         "targets.toy.evaluator.repeats=1", f"run.slots={slots}",
+         f"proposer.concurrency={slots}", f"state_dir=.optimizer-{slots}"],
+        workspace=repo)
+    stamps: list[float] = []
+    run(cfg, say=lambda line: stamps.append(time.monotonic()) if "] c0" in line else None)
+    if len(stamps) <= n:
+        raise RuntimeError(f"the toy night evaluated {len(stamps)} candidates, not {n + 1}")
+    return n / (stamps[n] - stamps[0])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=8)
@@ -39,8 +62,8 @@ def main() -> None:
     pairs = []
     for i in range(args.pairs):
         repo = toy.make_toy_repo(Path(tempfile.mkdtemp()) / "repo", toy.SLOW_EVALUATE)
-        one = toy.candidates_per_second(repo, 1, 16)
-        four = toy.candidates_per_second(repo, 4, 32)
+        one = candidates_per_second(repo, 1, 16)
+        four = candidates_per_second(repo, 4, 32)
         pairs.append({"one_per_s": round(one, 4), "four_per_s": round(four, 4),
                       "ratio": round(four / one, 4)})
         print(f"pair {i + 1}: 1 slot {one:.3f}/s, 4 slots {four:.3f}/s, {four / one:.3f}x",

@@ -57,7 +57,7 @@ from optimizer.proposers._base import Proposer
 from optimizer.scheduler import Policy, Scheduler, join
 from optimizer.stores import enable_fast_sqlite
 from optimizer.tracking import Tracker
-from optimizer.tracking_process import TrackerProcess
+from optimizer.tracking_process import tracker_for
 from optimizer.vcs import Workspace
 from optimizer.winners_phase import select_lane_winner, select_winners
 
@@ -84,8 +84,8 @@ def run(
     enable_fast_sqlite()
     for sub in ("reports", "logs", "cache", "worktrees"):
         (config.state_dir / sub).mkdir(parents=True, exist_ok=True)
-    tracker = TrackerProcess(config.tracking_uri, config.name,
-                             config.state_dir / "mlartifacts")
+    tracker = tracker_for(config.tracking_uri, config.name, config.state_dir / "mlartifacts",
+                          night_width(config))
     try:
         return _run(config, ws, tracker, resume, proposer, say)
     finally:

@@ -23,8 +23,9 @@ from optuna.trial import TrialState
 from optimizer.claims import Claims
 from optimizer.config import ExperimentConfig
 from optimizer.errors import ConfigError, OptimizerError, WorkspaceError
+from optimizer.lane import night_width
 from optimizer.tracking import Tracker
-from optimizer.tracking_process import TrackerProcess
+from optimizer.tracking_process import tracker_for
 from optimizer.vcs import BRANCH_ROOT, Workspace
 
 log = logging.getLogger("optimizer.worker")
@@ -276,8 +277,8 @@ def open_tracker(config: ExperimentConfig) -> Tracker:
     for attempt in range(5):
         try:
             with _sqlite_turn(config.tracking_uri):
-                return TrackerProcess(config.tracking_uri, config.name,
-                                      config.state_dir / "mlartifacts")
+                return tracker_for(config.tracking_uri, config.name,
+                                   config.state_dir / "mlartifacts", night_width(config))
         except Exception:
             if attempt == 4 or not config.tracking_uri.startswith("sqlite:"):
                 raise

@@ -6,7 +6,8 @@ threads need to open their sandboxes and take their next candidate: with 4 slots
 I/O-bound target on 2 cores the record writer held the GIL about a third of the time the
 engine did. :class:`TrackerProcess` is a :class:`~optimizer.tracking.Tracker` whose every
 call is a request to a child process that holds the real one; the engine pickles the
-arguments and waits on a socket, which releases the GIL.
+arguments and waits on a socket, which releases the GIL. A night of one slot keeps the
+plain Tracker (:func:`tracker_for`).
 
 The child ends when the engine closes it or dies (the socket's end). A call the child could
 not do raises here with the child's reason; a child that is gone makes every later call
@@ -109,6 +110,16 @@ class TrackerProcess(Tracker):
         conn = getattr(self, "_conn", None)
         if conn is not None:
             conn.close()
+
+
+def tracker_for(uri: str, experiment: str, artifact_root: Path | None, slots: int) -> Tracker:
+    """A :class:`TrackerProcess` for a night of several slots; the plain :class:`Tracker`
+    for one of one slot, whose writer runs while its one candidate is evaluated (the loop
+    holds it otherwise, ``optimizer.night.Writer``) and which would pay the process's start
+    (1-3 s: MLflow's imports and store) for nothing."""
+    if slots > 1:
+        return TrackerProcess(uri, experiment, artifact_root)
+    return Tracker(uri, experiment, artifact_root)
 
 
 def _forwarder(name: str) -> Any:

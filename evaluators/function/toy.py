@@ -152,27 +152,3 @@ def add_toy_target(repo: Path, name: str, evaluate: str | None = None,
     git(repo, "add", "-A")
     git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", f"target {name}")
     return dst
-
-
-
-
-def candidates_per_second(repo: Path, slots: int, n: int) -> float:
-    """A night of the toy target with ``slots`` slots: candidates per second of its search,
-    from the seed's line to the n-th candidate's (the I/O-bound figure of the slots, with
-    ``SLOW_EVALUATE`` and ``TOY_EVAL_S`` set)."""
-    import time
-
-    from optimizer.config import load_experiment
-    from optimizer.loop import run
-
-    cfg = load_experiment(
-        repo / "experiments/toy.toml",
-        [f"budget.max_candidates={n + 1}", "budget.minutes=30", "stats.minimize_trials=0",
-         "targets.toy.evaluator.repeats=1", f"run.slots={slots}",
-         f"proposer.concurrency={slots}", f"state_dir=.optimizer-{slots}"],
-        workspace=repo)
-    stamps: list[float] = []
-    run(cfg, say=lambda line: stamps.append(time.monotonic()) if "] c0" in line else None)
-    if len(stamps) <= n:
-        raise RuntimeError(f"the toy night evaluated {len(stamps)} candidates, not {n + 1}")
-    return n / (stamps[n] - stamps[0])

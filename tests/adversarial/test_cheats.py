@@ -61,7 +61,13 @@ SPECULATIVE = {"preset": "tiny", "prompts": 4, "prompt_len": 24, "n_new": 32, "k
                "distill_gen_len": 24, "repeats": 3, "sampling_n": 100, "sampling_k": 2}
 # The codec kind on the tiny target (trained in the workspace's cache, which the sandbox
 # hides), cut after its first block: an evaluation takes a few seconds.
-COINFER = {"preset": "tiny", "layer": 1, "prompts": 8, "prompt_len": 32, "n_new": 8}
+# The tiny target's greedy continuations: a near-tie that int8 flips ends one prompt's
+# agreement, and the prompts are drawn from the cache's random secret, so the seed's greedy
+# agreement over 8 prompts was 1.0 for 7 secrets of 9, 0.875 and 0.75 for the others
+# (2026-12-06): the default gate (0.85) failed the seed one CI run in nine. Every codec cheat
+# is refused by another gate (KL, the size cap, the sandbox), so the gate is 0.5 here.
+COINFER = {"preset": "tiny", "layer": 1, "prompts": 8, "prompt_len": 32, "n_new": 8,
+           "min_greedy": 0.5}
 
 
 @dataclass(frozen=True)

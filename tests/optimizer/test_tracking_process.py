@@ -9,7 +9,7 @@ import pytest
 from optimizer.errors import WorkspaceError
 from optimizer.records import Candidate, CandidateState, EvalResult
 from optimizer.tracking import Tracker
-from optimizer.tracking_process import LOCAL_CALLS, TrackerProcess
+from optimizer.tracking_process import LOCAL_CALLS, TrackerProcess, tracker_for
 
 
 def test_every_store_call_of_the_tracker_goes_to_the_process() -> None:
@@ -61,3 +61,14 @@ def test_its_errors_reach_the_engine_and_a_closed_one_says_so(
     assert proc is not None and proc.returncode == 0  # it ended on its own
     with pytest.raises(WorkspaceError, match="closed"):
         tracker.log_night_metrics("0" * 32, {"x": 1.0})
+
+
+def test_a_night_of_one_slot_keeps_the_plain_tracker(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    one = tracker_for(uri, "proc", None, 1)
+    assert type(one) is Tracker
+    two = tracker_for(uri, "proc", None, 2)
+    try:
+        assert isinstance(two, TrackerProcess) and two.experiment_id == one.experiment_id
+    finally:
+        two.close()
