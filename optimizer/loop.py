@@ -57,7 +57,6 @@ from optimizer.proposers._base import Proposer
 from optimizer.scheduler import Policy, Scheduler, join
 from optimizer.stores import enable_fast_sqlite
 from optimizer.tracking import Tracker
-from optimizer.tracking_process import tracker_for
 from optimizer.vcs import Workspace
 from optimizer.winners_phase import select_lane_winner, select_winners
 
@@ -84,8 +83,7 @@ def run(
     enable_fast_sqlite()
     for sub in ("reports", "logs", "cache", "worktrees"):
         (config.state_dir / sub).mkdir(parents=True, exist_ok=True)
-    tracker = tracker_for(config.tracking_uri, config.name, config.state_dir / "mlartifacts",
-                          night_width(config))
+    tracker = Tracker(config.tracking_uri, config.name, config.state_dir / "mlartifacts")
     try:
         return _run(config, ws, tracker, resume, proposer, say)
     finally:
@@ -185,17 +183,14 @@ def share_the_night(r: Run) -> list[TargetSummary]:
         # a kind that cannot evaluate beside others has the machine to itself (the Gate)
         lane.slots = slot_plan.plan(1 if lane.alone else width,
                                     type(lane.evaluator).uses_gpu, locks=locks)
-    warming: list[threading.Thread] = []
     try:
         prepare_night(r, lanes)
-        warming = warm_the_slots(r, lanes)
         Scheduler(r, lanes, Policy.concurrent(width, r.config.proposer.concurrency)).run()
         r.writer.flush()  # the searches' runs are complete before winners read them
         r.coordination.searched(lanes)
         chosen = [lane for lane in lanes if seed_is_valid(r, lane)]
         select_winners(r, chosen, width if side_by_side else 1, horizon.deadline)
     finally:
-        join(*warming)
         for lane in lanes:
             lane.close_sandboxes()
     return [finish_summary(lane.out, lane.archive, lane.earlier) for lane in lanes]
@@ -265,37 +260,6 @@ def prepare_night(r: Run, lanes: list[Lane]) -> None:
     r.summary.prepare_s = took
     r.say(f"night prepared in {took:.1f} s: {len(jobs)} jobs (sandbox starts, references)"
           + (f"; failed: {'; '.join(failed)[:500]}" if failed else ""))
-
-
-def warm_the_slots(r: Run, lanes: list[Lane]) -> list[threading.Thread]:
-    """On a CPU night of several slots, each slot's warm sandboxes start in the background
-    (one thread per slot, its targets in turn) while the seeds are evaluated and the other
-    slots have nothing to do: otherwise each slot's first candidate of each target paid its
-    start, 0.25-0.30 s with four at once on 2 cores (2026-12-06). A slot that needs one
-    first waits for that start or makes it; a failure is left for the call that meets it.
-    The caller joins the threads before it closes the sandboxes."""
-    width = max((len(lane.slots) for lane in lanes), default=0)
-    if width < 2:
-        return []
-    rows: list[list[Any]] = [[] for _ in range(width)]
-    for lane in lanes:
-        if device_for(lane.evaluator) == "cuda" or len(lane.slots) < 2:
-            continue  # prepare_night warmed them; a kind that runs alone has one slot
-        for slot in lane.slots:
-            rows[slot.index].append(lane.sandbox(r, slot))  # made here, before the slots run
-
-    def warm(sandboxes: list[Any]) -> None:
-        for sandbox in sandboxes:
-            try:
-                sandbox.warm_up()
-            except Exception:  # noqa: BLE001 - the call that needs it says why
-                continue
-
-    threads = [threading.Thread(target=warm, args=(row,), daemon=True, name=f"warm-{i}")
-               for i, row in enumerate(rows) if row]
-    for t in threads:
-        t.start()
-    return threads
 
 
 def _prepare_lane(evaluator: Evaluator, ctx: EvalContext) -> None:

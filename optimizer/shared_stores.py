@@ -23,9 +23,7 @@ from optuna.trial import TrialState
 from optimizer.claims import Claims
 from optimizer.config import ExperimentConfig
 from optimizer.errors import ConfigError, OptimizerError, WorkspaceError
-from optimizer.lane import night_width
 from optimizer.tracking import Tracker
-from optimizer.tracking_process import tracker_for
 from optimizer.vcs import BRANCH_ROOT, Workspace
 
 log = logging.getLogger("optimizer.worker")
@@ -277,8 +275,8 @@ def open_tracker(config: ExperimentConfig) -> Tracker:
     for attempt in range(5):
         try:
             with _sqlite_turn(config.tracking_uri):
-                return tracker_for(config.tracking_uri, config.name,
-                                   config.state_dir / "mlartifacts", night_width(config))
+                return Tracker(config.tracking_uri, config.name,
+                               config.state_dir / "mlartifacts")
         except Exception:
             if attempt == 4 or not config.tracking_uri.startswith("sqlite:"):
                 raise

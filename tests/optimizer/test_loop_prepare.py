@@ -76,31 +76,3 @@ def test_a_night_without_gpu_targets_prepares_nothing(monkeypatch):
     loop.prepare_night(r, [lane])  # type: ignore[arg-type]
     assert not said and r.summary.prepare_s == 0.0
 
-
-def test_a_cpu_night_of_several_slots_warms_each_slots_sandboxes_in_the_background(
-        monkeypatch):
-    monkeypatch.setattr(loop, "device_for", lambda ev: "cuda" if ev.gpu else "cpu")
-    made: list[str] = []
-
-    def lane(name: str, gpu: bool, slots: int) -> SimpleNamespace:
-        def sandbox(r, slot):
-            made.append(f"{name}/{slot.index}/{threading.current_thread().name}")
-            return _Sandbox(f"{name}/{slot.index}")
-        return SimpleNamespace(evaluator=_Evaluator(gpu), target=SimpleNamespace(name=name),
-                               slots=[SimpleNamespace(index=i) for i in range(slots)],
-                               sandbox=sandbox)
-
-    lanes = [lane("a", False, 3), lane("b", False, 3), lane("gpu", True, 3),
-             lane("alone", False, 1)]
-    _Sandbox.started = []
-    t0 = time.monotonic()
-    threads = loop.warm_the_slots(SimpleNamespace(), lanes)  # type: ignore[arg-type]
-    assert time.monotonic() - t0 < 0.2  # the caller goes on at once
-    loop.join(*threads)
-    # one thread per slot, each slot's targets in turn: 2 x 0.3 s, not 6 x 0.3 s
-    assert time.monotonic() - t0 < 1.2
-    assert len(threads) == 3
-    assert sorted(_Sandbox.started) == [f"{t}/{i}" for t in "ab" for i in range(3)]
-    main = threading.current_thread().name
-    assert all(m.endswith(f"/{main}") for m in made)  # the sandboxes made before the threads
-    assert loop.warm_the_slots(SimpleNamespace(), [lane("one", False, 1)]) == []  # type: ignore[arg-type]
