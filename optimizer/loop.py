@@ -84,15 +84,6 @@ def run(
     for sub in ("reports", "logs", "cache", "worktrees"):
         (config.state_dir / sub).mkdir(parents=True, exist_ok=True)
     tracker = Tracker(config.tracking_uri, config.name, config.state_dir / "mlartifacts")
-    try:
-        return _run(config, ws, tracker, resume, proposer, say)
-    finally:
-        tracker.close()
-        ws.close()
-
-
-def _run(config: ExperimentConfig, ws: Workspace, tracker: Tracker, resume: bool,
-         proposer: Proposer | None, say: Callable[[str], None]) -> RunSummary:
     night, parent_run_id = open_night(config, tracker, resume)
     summary = RunSummary(config.name, night, parent_run_id)
     budget = Budget(config.budget.minutes, config.budget.max_candidates, config.budget.usd)
@@ -121,8 +112,11 @@ def _run(config: ExperimentConfig, ws: Workspace, tracker: Tracker, resume: bool
             json.dumps(summary.to_json(), indent=2)
         )
 
-    wide = night_width(config) > 1 or config.proposer.concurrency > 1
-    return spend_night(r, share_the_night if wide else in_turn, finish)
+    try:
+        wide = night_width(config) > 1 or config.proposer.concurrency > 1
+        return spend_night(r, share_the_night if wide else in_turn, finish)
+    finally:
+        ws.close()
 
 
 def spend_night(r: Run, search: Callable[[Run], list[TargetSummary]],

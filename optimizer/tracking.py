@@ -180,10 +180,6 @@ class Tracker:
     def delete_run(self, run_id: str) -> None:
         self.client.delete_run(run_id)
 
-    def close(self) -> None:
-        """Nothing to end here (a :class:`~optimizer.tracking_process.TrackerProcess`
-        ends its process)."""
-
     def end_night(self, run_id: str, status: str = "FINISHED") -> None:
         self.client.set_terminated(run_id, status=status)
 

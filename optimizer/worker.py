@@ -409,7 +409,6 @@ def work(config: ExperimentConfig, *, proposer: Any = None,
         (config.state_dir / sub).mkdir(parents=True, exist_ok=True)
     ws = SharedWorkspace(config.workspace, experiment=config.name, state_dir=config.state_dir,
                          base=config.base, remote=config.vcs.push)
-    tracker: Tracker | None = None
     try:
         ws.fetch_experiment()
         storage = open_storage(config.search.storage, config.worker.heartbeat_s,
@@ -426,8 +425,6 @@ def work(config: ExperimentConfig, *, proposer: Any = None,
         config = dataclasses.replace(config, seed=zlib.crc32(f"{config.seed}/{wid}".encode()))
         return _work(config, ws, storage, claims, tracker, night, wid, wsid, proposer, say)
     finally:
-        if tracker is not None:
-            tracker.close()
         ws.close()
 
 
