@@ -75,4 +75,3 @@ def test_a_night_without_gpu_targets_prepares_nothing(monkeypatch):
                            slots=[SimpleNamespace(index=0)])
     loop.prepare_night(r, [lane])  # type: ignore[arg-type]
     assert not said and r.summary.prepare_s == 0.0
-
