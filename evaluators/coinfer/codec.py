@@ -127,11 +127,15 @@ class CodecEvaluator(Evaluator):
         return text_beside(__file__)
 
     # -- the model, trained once and cached (the speculative family's target) -------------
+    def trusted_cache(self, ctx: EvalContext) -> Path:
+        """Where the model and the prompts' secret live: ``cache_dir`` if set, else the
+        workspace's trusted cache (hidden from every sandbox)."""
+        return Path(self.s["cache_dir"]) if self.s["cache_dir"] else ctx.cache()
+
     def bundle(self, ctx: EvalContext) -> TargetBundle:
         with self._lock:
             if self._bundle is None:
-                cache = Path(self.s["cache_dir"]) if self.s["cache_dir"] else ctx.cache()
-                self._bundle = load_or_build(self.s["preset"], cache)
+                self._bundle = load_or_build(self.s["preset"], self.trusted_cache(ctx))
             return self._bundle
 
     def bf16_bytes_per_token(self) -> int:
@@ -159,10 +163,11 @@ class CodecEvaluator(Evaluator):
 
     # -- the prompts ----------------------------------------------------------------------
     def secret(self, ctx: EvalContext) -> str:
-        """A random secret kept in the trusted cache (made once): the prompts are the same
-        for every candidate of the cache's nights (common random numbers, and a program
-        evaluated again repeats its figures bit for bit) and no candidate can know them."""
-        path = ctx.cache() / "coinfer" / "secret"
+        """A random secret kept in the trusted cache beside the model (made once): the
+        prompts are the same for every candidate of the cache's nights (common random
+        numbers, and a program evaluated again repeats its figures bit for bit) and no
+        candidate can know them. A test pins its prompts by writing this file first."""
+        path = self.trusted_cache(ctx) / "coinfer" / "secret"
         with self._lock:
             if not path.is_file():
                 path.parent.mkdir(parents=True, exist_ok=True)

@@ -59,15 +59,10 @@ MINIMUM = {"function/topk_sampling": 9, "function/prefix_cache": 4, "routing/glo
 SPECULATIVE = {"preset": "tiny", "prompts": 4, "prompt_len": 24, "n_new": 32, "ks": "[1, 3, 8]",
                "train_s": 2.0, "distill_seqs": 64, "distill_prompt_len": 16,
                "distill_gen_len": 24, "repeats": 3, "sampling_n": 100, "sampling_k": 2}
-# The codec kind on the tiny target (trained in the workspace's cache, which the sandbox
-# hides), cut after its first block: an evaluation takes a few seconds.
-# The tiny target's greedy continuations: a near-tie that int8 flips ends one prompt's
-# agreement, and the prompts are drawn from the cache's random secret, so the seed's greedy
-# agreement over 8 prompts was 1.0 for 7 secrets of 9, 0.875 and 0.75 for the others
-# (2026-12-06): the default gate (0.85) failed the seed one CI run in nine. Every codec cheat
-# is refused by another gate (KL, the size cap, the sandbox), so the gate is 0.5 here.
-COINFER = {"preset": "tiny", "layer": 1, "prompts": 8, "prompt_len": 32, "n_new": 8,
-           "min_greedy": 0.5}
+# The codec kind on the tiny target (trained in the speculative family's test cache, which
+# the sandbox hides), cut after its first block: an evaluation takes a few seconds. The
+# default gates; the prompts' secret is pinned in that cache (spec_cache).
+COINFER = {"preset": "tiny", "layer": 1, "prompts": 8, "prompt_len": 32, "n_new": 8}
 
 
 @dataclass(frozen=True)
@@ -212,13 +207,17 @@ def spec_cache():
     """The tiny speculative target, trained once per session in its own folder (pytest's
     numbered temporary folders are pruned by concurrent sessions)."""
     folder = Path(tempfile.mkdtemp(prefix="adversarial-spec-"))
+    # the coinfer codec's prompts, pinned as tests/conftest.py's pin_codec_prompts says
+    (folder / "coinfer").mkdir()
+    (folder / "coinfer" / "secret").write_text("0" * 32)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
 
 
 def _settings(family: str, spec_cache: Path) -> list[str]:
     if family == "coinfer":
-        return [arg for k, v in COINFER.items() for arg in ("--set", f"evaluator.{k}={v}")]
+        return [arg for k, v in {**COINFER, "cache_dir": str(spec_cache)}.items()
+                for arg in ("--set", f"evaluator.{k}={v}")]
     if family != "speculative":
         return []
     out = []
