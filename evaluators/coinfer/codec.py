@@ -28,6 +28,10 @@ so recovering the tokens and recomputing them does not fit), or a quality gate m
 hides from both sessions. The objective is ``bytes_per_token``: payload bytes over the rows
 sent (prefill and continuation alike). ``held_out`` repeats the measurement on prompts from
 the other half of the held-out tokens.
+
+``mode = "kv"`` (:mod:`evaluators.coinfer.kv`) measures a codec for the KV cache of the
+blocks before the cut instead, with the same sessions, checks, clocks and verdict; ``mode =
+"states"``, the default, is the hidden-state codec above.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ import numpy as np
 import torch
 
 from evaluators._base import EvalContext, Evaluator, text_beside, valid_from_metrics
+from evaluators.coinfer import kv
 from evaluators.coinfer.cputime import SessionClock, budget_s
 from evaluators.coinfer.quality import Tally
 from evaluators.coinfer.splitlm import Split, greedy_reference
@@ -62,15 +67,24 @@ SERVE = "optimizer.sandbox.serve:functions"
 # 0.993, greedy 0.97; 6 bits 1.3e-4, 0.980, 0.92; 5 bits 5.2e-4, 0.963, 0.89; int4 per token
 # 2.4e-3, 0.919, 0.86. Top-1 is the gate that binds: the model's next-token distributions
 # are flat (loss 4.45 nats), so a small KL already flips near-ties.
+# The kv mode keeps these gates (the same cut, prompts and 16 continuation tokens, 2026-12-06,
+# bench/results/coinfer-kv-codecs-2026-12-06.json): int8 per token KL 1e-6, top-1 1.0, greedy
+# 1.0; 5 bits a value per token 6.4e-5, 0.994, 0.94; KIVI-style 4 bits 7.4e-5, 0.988, 0.88 pass.
+# int4 per token 2.6e-4, 0.982, 0.82; 3 bits 1.5e-3, 0.979, 0.80; KIVI-style 2 bits 3.2e-3,
+# 0.961, 0.68 miss the greedy gate, which binds here (the prompt's own distributions are
+# exact in this mode, so KL and top-1 are read only where the front cache matters, on the
+# continuation); 2 bits (KL 0.053, p99 0.36) and a decoder of zeros (0.24, p99 2.6, top-1
+# 0.79, greedy 0.29) miss the KL gates too.
 DEFAULTS: dict[str, Any] = {
-    "preset": "default", "cache_dir": "", "layer": 4, "prompts": 32, "prompt_len": 96,
-    "n_new": 16, "max_kl_mean": 0.005, "max_kl_p99": 0.05, "min_top1": 0.95,
+    "mode": "states", "preset": "default", "cache_dir": "", "layer": 4, "prompts": 32,
+    "prompt_len": 96, "n_new": 16, "max_kl_mean": 0.005, "max_kl_p99": 0.05, "min_top1": 0.95,
     "min_greedy": 0.85, "decode_cpu_share": 0.25, "max_bytes_per_token": 0,
     "max_source_bytes": 65536, "call_timeout_s": 10.0,
 }
 # The sessions' requests and the trusted forward passes run torch on one thread: on 2
 # shared cores two threads stall on a busy neighbour (evaluators/speculative/harness.py).
 THREADS = 1
+MODES = ("states", "kv")
 
 
 class _Stopped(Exception):
@@ -95,6 +109,10 @@ def _check_settings(target: Any) -> dict[str, Any]:
         if not ok:
             raise ConfigError(f"must be a {type(default).__name__}, not {value!r}",
                               file=where, key=f"evaluator.{key}")
+    mode = target.evaluator.get("mode", DEFAULTS["mode"])
+    if mode not in MODES:
+        raise ConfigError(f"unknown mode {mode!r}; allowed: {', '.join(MODES)}", file=where,
+                          key="evaluator.mode")
     s = {**DEFAULTS, **dict(target.evaluator)}
     if s["preset"] not in PRESETS:
         raise ConfigError(f"unknown preset {s['preset']!r}; known: {sorted(PRESETS)}",
@@ -124,7 +142,7 @@ class CodecEvaluator(Evaluator):
         self._results: dict[tuple[str, int], EvalResult] = {}
 
     def prompt_text(self) -> str:
-        return text_beside(__file__)
+        return text_beside(__file__, "prompt_kv.txt" if self.s["mode"] == "kv" else "prompt.txt")
 
     # -- the model, trained once and cached (the speculative family's target) -------------
     def trusted_cache(self, ctx: EvalContext) -> Path:
@@ -138,13 +156,21 @@ class CodecEvaluator(Evaluator):
                 self._bundle = load_or_build(self.s["preset"], self.trusted_cache(ctx))
             return self._bundle
 
+    def values_per_token(self) -> int:
+        """Values that cross per token: the state's width, or in the kv mode the front
+        blocks' keys and values."""
+        d_model = PRESETS[self.s["preset"]].d_model
+        if self.s["mode"] == "kv":
+            return kv.values_per_token(int(self.s["layer"]), d_model)
+        return d_model
+
     def bf16_bytes_per_token(self) -> int:
-        return 2 * PRESETS[self.s["preset"]].d_model
+        return 2 * self.values_per_token()
 
     def size_cap(self) -> int:
-        """Payload bytes per token at most: the float32 state's own size by default."""
+        """Payload bytes per token at most: the float32 tensor's own size by default."""
         cap = int(self.s["max_bytes_per_token"])
-        return cap if cap > 0 else 4 * PRESETS[self.s["preset"]].d_model
+        return cap if cap > 0 else 4 * self.values_per_token()
 
     # -- stage 1 --------------------------------------------------------------------------
     def static_check(self, cand_dir: Path) -> EvalResult:
@@ -230,13 +256,15 @@ class CodecEvaluator(Evaluator):
         return reply.value
 
     # -- one pass through the cut ---------------------------------------------------------
-    def _through(self, enc: Any, dec: Any, hidden: torch.Tensor, meta: dict[str, Any],
-                 sizes: list[int]) -> torch.Tensor:
-        payload = self._call(enc, "encode", [hidden.numpy().copy(), meta])
+    def _through(self, enc: Any, dec: Any, array: np.ndarray, meta: dict[str, Any],
+                 sizes: list[int]) -> np.ndarray:
+        """``array`` (``meta["tokens"]`` tokens of it) encoded in one session and decoded in
+        the other; the payload's size goes to ``sizes``."""
+        payload = self._call(enc, "encode", [array, meta])
         if not isinstance(payload, bytes):
             raise _Stopped(CandidateState.INVALID, f"encode() returned "
                            f"{type(payload).__name__}, not bytes")
-        rows = hidden.shape[0]
+        rows = int(meta["tokens"])
         if len(payload) > self.size_cap() * rows:
             raise _Stopped(CandidateState.INVALID,
                            f"encode() gave {len(payload):,} bytes for {rows} tokens, over the "
@@ -247,56 +275,74 @@ class CodecEvaluator(Evaluator):
             arr = np.asarray(out, dtype=np.float32)
         except (TypeError, ValueError) as exc:
             raise _Stopped(CandidateState.INVALID, f"decode() returned no array: {exc}") from None
-        if arr.shape != tuple(hidden.shape):
+        if arr.shape != array.shape:
             raise _Stopped(CandidateState.INVALID, f"decode() returned shape {arr.shape}, "
-                           f"expected {tuple(hidden.shape)}")
+                           f"expected {array.shape}")
         if not np.isfinite(arr).all():
             raise _Stopped(CandidateState.INVALID, "decode() returned NaN or Inf")
-        return torch.from_numpy(arr.copy())
+        return arr.copy()
+
+    def _states_passes(self, split: Split, prompts: list[torch.Tensor], refs: list[list[int]],
+                       through: kv.Through, tally: Tally) -> int:
+        """The states mode: each prompt's states at the cut in one call, then its greedy
+        continuation one state per call, the back half's cache filled from decoded states
+        only; returns the rows that crossed."""
+        rows = 0
+        for stream, ids in enumerate(prompts):
+            meta = {"layer": split.layer, "d_model": split.d_model,
+                    "tokens": len(ids), "start": 0, "stream": stream}
+            front, back = split.new_cache(), split.new_cache()
+            hidden = split.front(ids, front)
+            with torch.no_grad():
+                exact, _ = split.model(ids[None])
+            decoded = torch.from_numpy(through(hidden.numpy().copy(), meta))
+            logits = split.back(decoded, back)
+            tally.add_logits(exact[0], logits)
+            rows += len(ids)
+            n_new = len(refs[stream])
+            got: list[int] = []
+            nxt = int(logits[-1].argmax())
+            for step in range(n_new):
+                got.append(nxt)
+                if step == n_new - 1:
+                    break
+                h = split.front(torch.tensor([nxt]), front)
+                meta = {**meta, "tokens": 1, "start": len(ids) + step}
+                row = torch.from_numpy(through(h.numpy().copy(), meta))
+                nxt = int(split.back(row, back)[-1].argmax())
+                rows += 1
+            tally.add_greedy(refs[stream], got)
+        return rows
 
     def _measure(self, cand_dir: Path, ctx: EvalContext, which: str) -> dict[str, float]:
         bundle = self.bundle(ctx)
         split = Split(bundle.model, int(self.s["layer"]))
         prompts = self.prompts(bundle, self.secret(ctx), which)
-        n_new = int(self.s["n_new"])
+        n_new, kv_mode = int(self.s["n_new"]), self.s["mode"] == "kv"
         tally, sizes = Tally(), list[int]()
-        rows = 0
         before = torch.get_num_threads()
         torch.set_num_threads(THREADS)
         try:
-            refs = [greedy_reference(split, ids, n_new) for ids in prompts]
+            # the kv mode compares the n_new tokens after the first, which the exact last
+            # prompt position gives
+            refs = [greedy_reference(split, ids, n_new + int(kv_mode)) for ids in prompts]
             with self._session(cand_dir, ctx, "encode") as enc, \
                     self._session(cand_dir, ctx, "decode") as dec:
                 enc_clock, dec_clock = SessionClock(enc), SessionClock(dec)
                 enc_clock.start()
                 dec_clock.start()
                 t0 = time.perf_counter()
-                for stream, ids in enumerate(prompts):
-                    meta = {"layer": split.layer, "d_model": split.d_model,
-                            "tokens": len(ids), "start": 0, "stream": stream}
-                    front, back = split.new_cache(), split.new_cache()
-                    hidden = split.front(ids, front)
-                    with torch.no_grad():
-                        exact, _ = split.model(ids[None])
-                    decoded = self._through(enc, dec, hidden, meta, sizes)
-                    logits = split.back(decoded, back)
-                    tally.add_logits(exact[0], logits)
-                    rows += len(ids)
-                    got: list[int] = []
-                    nxt = int(logits[-1].argmax())
-                    for step in range(n_new):
-                        got.append(nxt)
-                        if step == n_new - 1:
-                            break
-                        h = split.front(torch.tensor([nxt]), front)
-                        meta = {**meta, "tokens": 1, "start": len(ids) + step}
-                        row = self._through(enc, dec, h, meta, sizes)
-                        nxt = int(split.back(row, back)[-1].argmax())
-                        rows += 1
-                    tally.add_greedy(refs[stream], got)
+
+                def through(array: np.ndarray, meta: dict[str, Any]) -> np.ndarray:
+                    return self._through(enc, dec, array, meta, sizes)
+
+                run = kv.passes if kv_mode else self._states_passes
+                rows = run(split, prompts, refs, through, tally)
                 wall = time.perf_counter() - t0
                 enc_cpu, dec_cpu = enc_clock.stop(), dec_clock.stop()
-            front_cpu = split.front_cpu_s(prompts, n_new - 1)
+            # what recomputing the front costs: the prefill, and the continuation's steps
+            # where states cross for them
+            front_cpu = split.front_cpu_s(prompts, 0 if kv_mode else n_new - 1)
         finally:
             torch.set_num_threads(before)
         requests = len(sizes)

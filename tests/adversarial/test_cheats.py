@@ -53,7 +53,7 @@ MINIMUM = {"function/topk_sampling": 9, "function/prefix_cache": 4, "routing/glo
            "routing/scheduler": 2, "routing/deploy_instance": 4,
            "routing/coinfer_split": 3,
            "speculative/ngram": 5, "kernels/softmax": 5,
-           "coinfer/codec": 4}
+           "coinfer/codec": 4, "coinfer/codec_kv": 4}
 # Small speculative settings (the tiny target, 4 prompts of 24 tokens, 32 new tokens):
 # an evaluation takes seconds once the target is trained (once per session).
 SPECULATIVE = {"preset": "tiny", "prompts": 4, "prompt_len": 24, "n_new": 32, "ks": "[1, 3, 8]",

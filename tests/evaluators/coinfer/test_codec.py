@@ -5,8 +5,7 @@ tokens recovered, the first layers recomputed) is INVALID even with the weights 
 from __future__ import annotations
 
 import re
-import shutil
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -150,23 +149,15 @@ def test_cheats_are_not_valid(bench: Any, cheat: str) -> None:
 
 @pytest.mark.slow
 def test_recomputing_the_first_layers_breaks_the_cpu_budget(
-        tiny: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+        tiny: Any, leak_weights: Callable[[str], str],
+        tmp_path_factory: pytest.TempPathFactory) -> None:
     """The weights leaked to the codec (a copy where it looks first): the cheat then
     recovers every token and recomputes the first layers, and only the decoder's CPU budget
     stands between it and a 32x smaller payload."""
-    # a copy of the weights where the sandbox lets a codec read (its /tmp is its own)
-    leak = Path(tempfile.mkdtemp(prefix=".coinfer-leak-", dir=ROOT))
-    try:
-        for name in ("meta.json", "target.safetensors"):
-            shutil.copyfile(tiny.folder / name, leak / name)
-        text = (CHEATS / "recompute_from_tokens" / "codec.py").read_text()
-        text = text.replace('WEIGHTS_DIR = ""', f'WEIGHTS_DIR = "{leak}"', 1)
-        state = tmp_path_factory.mktemp("coinfer-leak")
-        with Workbench(small_target(), state_dir=state,
-                       cache_dir=tiny.folder.parent.parent) as b:
-            res = b.evaluate({"codec.py": text})
-    finally:
-        shutil.rmtree(leak, ignore_errors=True)
+    text = leak_weights((CHEATS / "recompute_from_tokens" / "codec.py").read_text())
+    state = tmp_path_factory.mktemp("coinfer-leak")
+    with Workbench(small_target(), state_dir=state, cache_dir=tiny.folder.parent.parent) as b:
+        res = b.evaluate({"codec.py": text})
     assert res.state is CandidateState.INVALID, res.reason
     assert "CPU" in res.reason and "budget" in res.reason
     m = res.metrics

@@ -1,5 +1,5 @@
 """The coinfer codec kind runs the evaluator contract (optimizer/testing/evaluators.py) on
-the tiny target, cut after its first block."""
+the tiny target, cut after its first block, in both modes."""
 
 from __future__ import annotations
 
@@ -34,3 +34,13 @@ class TestCoinferCodecKind(EvaluatorContract):
         new, n = re.subn(r"^BITS = \d+", "BITS = 7", text, count=1, flags=re.M)
         assert n == 1
         return {"codec.py": new}
+
+
+@pytest.mark.slow
+class TestCoinferKVCodecKind(TestCoinferCodecKind):
+    """The kv mode (targets/coinfer/codec_kv): the same contract, the front block's KV."""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def target(cls) -> TargetSpec:
+        return load_target(ROOT / "targets" / "coinfer" / "codec_kv", ROOT, {"evaluator": SMALL})
