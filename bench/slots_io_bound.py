@@ -55,6 +55,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=8)
     ap.add_argument("--eval-s", type=float, default=0.5)
+    ap.add_argument("--one", type=int, default=16, help="candidates counted with 1 slot")
+    ap.add_argument("--four", type=int, default=32, help="candidates counted with 4 slots")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     os.environ["GIT_CONFIG_NOSYSTEM"] = "1"
@@ -62,8 +64,8 @@ def main() -> None:
     pairs = []
     for i in range(args.pairs):
         repo = toy.make_toy_repo(Path(tempfile.mkdtemp()) / "repo", toy.SLOW_EVALUATE)
-        one = candidates_per_second(repo, 1, 16)
-        four = candidates_per_second(repo, 4, 32)
+        one = candidates_per_second(repo, 1, args.one)
+        four = candidates_per_second(repo, 4, args.four)
         pairs.append({"one_per_s": round(one, 4), "four_per_s": round(four, 4),
                       "ratio": round(four / one, 4)})
         print(f"pair {i + 1}: 1 slot {one:.3f}/s, 4 slots {four:.3f}/s, {four / one:.3f}x",
@@ -71,7 +73,8 @@ def main() -> None:
     ratios = [p["ratio"] for p in pairs]
     out = {"date": date.today().isoformat(), "machine": f"{os.cpu_count()} cores, "
            f"{platform.machine()}, Python {platform.python_version()}",
-           "eval_s": args.eval_s, "pairs": pairs, "median_ratio": statistics.median(ratios),
+           "eval_s": args.eval_s, "candidates": {"one_slot": args.one, "four_slots": args.four},
+           "pairs": pairs, "median_ratio": statistics.median(ratios),
            "min_ratio": min(ratios), "max_ratio": max(ratios)}
     print(f"median {out['median_ratio']:.3f}x ({out['min_ratio']:.3f}x-{out['max_ratio']:.3f}x)")
     if args.json:

@@ -75,3 +75,56 @@ def test_a_night_without_gpu_targets_prepares_nothing(monkeypatch):
                            slots=[SimpleNamespace(index=0)])
     loop.prepare_night(r, [lane])  # type: ignore[arg-type]
     assert not said and r.summary.prepare_s == 0.0
+
+
+def test_fewer_targets_than_slots_warm_each_slots_cpu_sandbox(monkeypatch):
+    """The seeds' time starts every slot's sandbox of each CPU target (in the
+    background); with as many targets as slots or more nothing starts ahead (a kernel
+    night of 5 targets on 4 slots would start 20 processes of torch at once)."""
+    monkeypatch.setattr(loop, "device_for", lambda ev: "cuda" if ev.gpu else "cpu")
+    warmed: list[str] = []
+
+    def lane(name: str, gpu: bool = False, alone: bool = False) -> SimpleNamespace:
+        return SimpleNamespace(evaluator=_Evaluator(gpu), alone=alone,
+                               warm_sandboxes=lambda r: warmed.append(name))
+
+    loop.warm_the_slots([lane("a"), lane("gpu", gpu=True), lane("alone", alone=True)], 4,
+                        SimpleNamespace())  # type: ignore[arg-type]
+    assert warmed == ["a"]  # a GPU target's are prepare_night's; one alone has one slot
+    warmed.clear()
+    loop.warm_the_slots([lane("a"), lane("b")], 2, SimpleNamespace())  # type: ignore[arg-type]
+    loop.warm_the_slots([lane("a")], 1, SimpleNamespace())  # type: ignore[arg-type]
+    assert warmed == []
+
+
+def test_a_lanes_sandboxes_start_in_the_background_and_close_after_their_start():
+    from optimizer.lane import Lane
+
+    events: list[str] = []
+
+    class Sandbox:
+        def __init__(self, index: int):
+            self.index = index
+
+        def warm_up(self) -> None:
+            time.sleep(0.3)
+            events.append(f"started {self.index}")
+
+        def close(self) -> None:
+            events.append(f"closed {self.index}")
+
+    made: dict[int, Sandbox] = {}
+
+    def sandbox(r, slot):
+        return made.setdefault(slot.index, Sandbox(slot.index))
+
+    lane = SimpleNamespace(slots=[SimpleNamespace(index=i) for i in range(3)], sandboxes=made,
+                           sandbox=sandbox, target=SimpleNamespace(name="t"), warming=[])
+    t0 = time.monotonic()
+    Lane.warm_sandboxes(lane, SimpleNamespace())  # type: ignore[arg-type]
+    assert time.monotonic() - t0 < 0.2 and events == []  # the caller goes on at once
+    Lane.close_sandboxes(lane)  # type: ignore[arg-type]
+    assert time.monotonic() - t0 < 0.9  # the three started side by side
+    assert sorted(events[:3]) == [f"started {i}" for i in range(3)]
+    assert sorted(events[3:]) == [f"closed {i}" for i in range(3)]
+    assert made == {} and lane.warming == []
