@@ -68,7 +68,7 @@ SERVE = "optimizer.sandbox.serve:functions"
 # 2.4e-3, 0.919, 0.86. Top-1 is the gate that binds: the model's next-token distributions
 # are flat (loss 4.45 nats), so a small KL already flips near-ties.
 # The kv mode keeps these gates (the same cut, prompts and 16 continuation tokens, 2026-12-06,
-# bench/results/coinfer-kv-codecs-2026-12-06.json): int8 per token KL 1e-6, top-1 1.0, greedy
+# bench/results/coinfer-kv-codecs-2026-12-06.json): int8 per token KL 7e-7, top-1 1.0, greedy
 # 1.0; 5 bits a value per token 6.4e-5, 0.994, 0.94; KIVI-style 4 bits 7.4e-5, 0.988, 0.88 pass.
 # int4 per token 2.6e-4, 0.982, 0.82; 3 bits 1.5e-3, 0.979, 0.80; KIVI-style 2 bits 3.2e-3,
 # 0.961, 0.68 miss the greedy gate, which binds here (the prompt's own distributions are
