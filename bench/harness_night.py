@@ -4,9 +4,11 @@ policy that knows the future (it stubs every tool result no later action needs: 
 what masking alone can save, which no real policy can reach).
 
     python bench/harness_night.py --candidate BEST_POLICY.py --night NIGHT_SUMMARY.json \
-        --out bench/results/harness-night-2026-12-05.json
+        --out bench/results/harness-night-2026-12-05.json \
+        [--experiment experiments/harness-swe.toml --what TEXT]
 
-Needs the tau-bench trajectories in ../shared/data/harness (relative to the repository root).
+Needs the experiment's trajectories: tau-bench's in ../shared/data/harness (relative to the
+repository root) for experiments/harness.toml; the file its settings name otherwise.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ KEYS = ("usd_per_task", "usd_per_task_anthropic", "recoveries_per_task", "cache_
         "repeated_reads_per_task")
 
 
-def _settings() -> dict[str, Any]:
-    exp = tomllib.loads((ROOT / "experiments" / "harness.toml").read_text())
+def _settings(experiment: Path = ROOT / "experiments" / "harness.toml") -> dict[str, Any]:
+    exp = tomllib.loads(experiment.read_text())
     (entry,) = exp["targets"]
     return dict(entry["settings"])
 
@@ -65,19 +67,24 @@ def main() -> None:
     ap.add_argument("--candidate", type=Path, required=True)
     ap.add_argument("--night", type=Path, help="the night's --json summary")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--experiment", type=Path, default=ROOT / "experiments" / "harness.toml")
+    ap.add_argument("--what", default="the harness target's 10-minute night on tau-bench "
+                    "airline (gpt-4o trajectories, MIT, sierra-research/tau-bench): 160 "
+                    "trajectories of 40 tasks searched, 40 of 10 other tasks held out")
+    ap.add_argument("--date", default="2026-12-05")
     args = ap.parse_args()
-    target = load_target(ROOT / "targets/harness/context", ROOT, _settings())
+    target = load_target(ROOT / "targets/harness/context", ROOT, _settings(args.experiment))
     ev = HarnessEvaluator(target)
     out: dict[str, Any] = {
-        "what": "the harness target's 10-minute night on tau-bench airline (gpt-4o "
-                "trajectories, MIT, sierra-research/tau-bench): 160 trajectories of 40 tasks "
-                "searched, 40 of 10 other tasks held out",
+        "what": args.what,
         "machine": f"2 CPU cores, no GPU ({platform.machine()}, Python "
                    f"{platform.python_version()})",
-        "date": "2026-12-05",
-        "commands": ["optimizer run experiments/harness.toml --json",
+        "date": args.date,
+        "commands": [f"optimizer run {args.experiment.resolve().relative_to(ROOT)} --json",
                      "python bench/harness_night.py --candidate BEST --night SUMMARY --out "
-                     "bench/results/harness-night-2026-12-05.json"],
+                     f"{args.out}" + ("" if args.experiment.name == "harness.toml" else
+                                      f" --experiment {args.experiment} --what ... --date "
+                                      f"{args.date}")],
         "pricing": "openai-style automatic prefix caching, gpt-4o list prices ($2.50 input, "
                    "$1.25 cached input, $10 output per million tokens); anthropic-style "
                    "breakpoint caching at $3/$15 with writes 1.25x and reads 0.1x reported "

@@ -12,7 +12,8 @@ from evaluators.harness.cache import Rules
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = "../shared/data/harness"  # relative to the repository root
 
-KEYS = {"workload", "synthetic", "held_out", "taubench", "provider", "prices", "window",
+KEYS = {"workload", "synthetic", "held_out", "taubench", "recorded", "provider", "prices",
+        "window",
         "ttl_s", "seconds_per_call", "min_cache_tokens", "baselines", "max_decision_ms",
         "data_dir"}
 PRICE_KEYS = {"openai": {"input", "cached_input", "output"},
@@ -31,16 +32,17 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class Settings:
-    workload: str  # synthetic or taubench
+    workload: str  # synthetic, taubench or recorded
     synthetic: tuple[int, int, int]  # seed, tasks, trials (training)
     held_out: tuple[int, int, int]  # seed, tasks, trials (held-out synthetic set)
-    held_out_every: int  # taubench: task ids with id % every == every - 1 are held out
+    held_out_every: int  # taubench, recorded: tasks held out (trajectories.held_out)
     provider: str
     rules: dict[str, Rules]
     window: int
     baselines: Path | None
     max_decision_ms: float
     data_dir: Path
+    recorded_file: Path | None = None  # workload = "recorded": the file in data_dir
 
 
 def _num(raw: Mapping[str, Any], key: str, default: float, lo: float, where: str) -> float:
@@ -67,15 +69,30 @@ def _triple(raw: Any, key: str, default: tuple[int, int, int]) -> tuple[int, int
     return out[0], out[1], out[2]
 
 
+def _every(raw: Mapping[str, Any], key: str, default: int) -> int:
+    """``held_out_every`` of the ``taubench`` or ``recorded`` table."""
+    table = raw.get(key, {})
+    allowed = {"held_out_every"} | ({"file"} if key == "recorded" else set())
+    if not isinstance(table, Mapping) or set(table) - allowed:
+        extra = sorted(set(table) - allowed) if isinstance(table, Mapping) else []
+        raise SettingsError(f"{key} takes {', '.join(sorted(allowed))}"
+                            + (f"; unknown: {', '.join(extra)}" if extra else ""), key)
+    every = table.get("held_out_every", default)
+    if isinstance(every, bool) or not isinstance(every, int) or every < 2:
+        raise SettingsError(f"{key}.held_out_every must be an integer >= 2",
+                            f"{key}.held_out_every")
+    return every
+
+
 def parse(raw: Mapping[str, Any]) -> Settings:
     unknown = set(raw) - KEYS
     if unknown:
         key = sorted(unknown)[0]
         raise SettingsError(f"unknown key {key!r}; allowed: {', '.join(sorted(KEYS))}", key)
     workload = str(raw.get("workload", "synthetic"))
-    if workload not in ("synthetic", "taubench"):
-        raise SettingsError(f"workload must be 'synthetic' or 'taubench', got {workload!r}",
-                            "workload")
+    if workload not in ("synthetic", "taubench", "recorded"):
+        raise SettingsError("workload must be 'synthetic', 'taubench' or 'recorded', got "
+                            f"{workload!r}", "workload")
     provider = str(raw.get("provider", "openai"))
     if provider not in PRICE_KEYS:
         raise SettingsError(f"provider must be 'openai' or 'anthropic', got {provider!r}",
@@ -96,15 +113,16 @@ def parse(raw: Mapping[str, Any]) -> Settings:
         vals: dict[str, Any] = {k: _num(table, k, DEFAULT_PRICES[name][k], 0.0, f"prices.{name}.")
                 for k in keys}
         rules[name] = replace(base, provider=name, **vals)
-    tau = raw.get("taubench", {})
-    if not isinstance(tau, Mapping) or set(tau) - {"held_out_every"}:
-        extra = sorted(set(tau) - {"held_out_every"}) if isinstance(tau, Mapping) else []
-        raise SettingsError("taubench takes held_out_every"
-                            + (f"; unknown: {', '.join(extra)}" if extra else ""), "taubench")
-    every = tau.get("held_out_every", 5)
-    if isinstance(every, bool) or not isinstance(every, int) or every < 2:
-        raise SettingsError("taubench.held_out_every must be an integer >= 2",
-                            "taubench.held_out_every")
+    every = _every(raw, "taubench", 5)
+    _every(raw, "recorded", 5)  # checked even when another workload runs
+    recorded_file = None
+    if workload == "recorded":
+        every = _every(raw, "recorded", 5)
+        file = raw.get("recorded", {}).get("file")
+        if not isinstance(file, str) or not file:
+            raise SettingsError("workload = 'recorded' needs recorded.file, the recorded "
+                                "trajectories' file (relative to data_dir)", "recorded.file")
+        recorded_file = Path(file).expanduser()
     raw_b = str(raw.get("baselines", "targets/harness/baselines"))
     baselines = None
     if raw_b:
@@ -113,11 +131,15 @@ def parse(raw: Mapping[str, Any]) -> Settings:
             raise SettingsError(f"baselines = {raw_b!r}: not a folder of policy files (or '' "
                                 "for none)", "baselines")
     raw_d = str(raw.get("data_dir", DATA_DIR))
-    data_dir = Path(raw_d) if Path(raw_d).is_absolute() else PROJECT_ROOT / raw_d
+    data_dir = Path(raw_d).expanduser()
+    data_dir = data_dir if data_dir.is_absolute() else PROJECT_ROOT / data_dir
+    if recorded_file is not None and not recorded_file.is_absolute():
+        recorded_file = data_dir / recorded_file
     return Settings(
         workload=workload,
         synthetic=_triple(raw.get("synthetic"), "synthetic", (1, 8, 3)),
         held_out=_triple(raw.get("held_out"), "held_out", (2, 4, 3)),
         held_out_every=every, provider=provider, rules=rules,
         window=int(_num(raw, "window", 128_000, 256, "")), baselines=baselines,
-        max_decision_ms=_num(raw, "max_decision_ms", 50.0, 0.01, ""), data_dir=data_dir)
+        max_decision_ms=_num(raw, "max_decision_ms", 50.0, 0.01, ""), data_dir=data_dir,
+        recorded_file=recorded_file)

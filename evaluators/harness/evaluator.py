@@ -23,8 +23,8 @@ Stages:
   baseline by the primary ``usd_per_task``);
 - performance: the metrics of that replay (cost is exact: nothing is timed), with the best
   baseline's next to them (``best_baseline_usd_per_task``, ``vs_best_baseline`` > 1: cheaper);
-- held_out: the same on tasks the search never saw (tau-bench split by task; a second
-  synthetic set).
+- held_out: the same on tasks the search never saw (recorded trajectories split by task;
+  a second synthetic set).
 """
 
 from __future__ import annotations
@@ -52,7 +52,13 @@ from evaluators.harness.oracle import label
 from evaluators.harness.plan import PlanError
 from evaluators.harness.replay import Replay, summarise
 from evaluators.harness.static import violations
-from evaluators.harness.trajectories import Tokenized, Trajectory, load_taubench
+from evaluators.harness.trajectories import (
+    Tokenized,
+    Trajectory,
+    held_out,
+    load_recorded,
+    load_taubench,
+)
 from optimizer.errors import ConfigError
 from optimizer.records import CandidateState, EvalResult
 from optimizer.sandbox.loader import load_module
@@ -121,9 +127,12 @@ class HarnessEvaluator(Evaluator):
         if s.workload == "synthetic":
             seed, tasks, trials = s.synthetic if which == "train" else s.held_out
             return synthetic.generate(seed, tasks, trials)
-        every = s.held_out_every
-        return [t for t in load_taubench(s.data_dir)
-                if (int(t.task.rsplit("/", 1)[1]) % every == every - 1) == (which == "held_out")]
+        if s.workload == "recorded":
+            assert s.recorded_file is not None
+            trajs = load_recorded(s.recorded_file)
+        else:
+            trajs = load_taubench(s.data_dir)
+        return [t for t in trajs if held_out(t.task, s.held_out_every) == (which == "held_out")]
 
     def replay(self, which: str) -> Replay:
         with self._lock:

@@ -2,9 +2,11 @@
 message) and the LLM calls among them (each assistant message is the reply to one call whose
 prompt is every segment before it, as the policy renders it).
 
-Two sources: tau-bench's recorded gpt-4o airline conversations (MIT, read from the shared
-data folder when present) and the project's own synthetic set (evaluators/harness/synthetic.py),
-so that the target runs anywhere.
+Three sources: tau-bench's recorded gpt-4o airline conversations (MIT, read from the shared
+data folder when present), any recorded file of the same shape (``load_recorded``: e.g. a
+coding agent's trajectories turned into it by evaluators/harness/convert_swe.py) and the
+project's own synthetic set (evaluators/harness/synthetic.py), so that the target runs
+anywhere.
 """
 
 from __future__ import annotations
@@ -54,9 +56,14 @@ def _read_key(name: str, arguments: str) -> str:
     return f"{name}:{hashlib.sha256(args.encode()).hexdigest()[:12]}"
 
 
-def from_messages(name: str, task: str, messages: list[dict[str, Any]]) -> Trajectory:
+def from_messages(name: str, task: str, messages: list[dict[str, Any]],
+                  calls_in_text: bool = False) -> Trajectory:
     """A trajectory from OpenAI-style chat messages (tool calls in ``tool_calls``, results
-    with ``role = tool``); call ids are dropped (they carry nothing the model uses)."""
+    with ``role = tool``); call ids are dropped (they carry nothing the model uses).
+
+    ``calls_in_text``: the agent wrote its actions into its reply's text (a text-protocol
+    agent such as mini-swe-agent's bash block), so the text is the reply verbatim and the
+    ``tool_calls`` only name the reads and their arguments."""
     segments: list[Segment] = []
     reads: dict[str, str] = {}  # tool_call_id -> read key
     for i, m in enumerate(messages):
@@ -74,8 +81,9 @@ def from_messages(name: str, task: str, messages: list[dict[str, Any]]) -> Traje
                 parts.append(f"call {fname}({fargs})")
                 args_text.append(fargs)
                 reads[str(c.get("id", ""))] = _read_key(fname, fargs)
-            text = "\n".join(parts)
-            segments.append(Segment(i, role, text, first, "", "\n".join([content, *args_text])))
+            text = content if calls_in_text else "\n".join(parts)
+            action = content if calls_in_text else "\n".join([content, *args_text])
+            segments.append(Segment(i, role, text, first, "", action))
         elif role == "tool":
             segments.append(Segment(i, role, content, str(m.get("name", "")),
                                     reads.get(str(m.get("tool_call_id", "")), "")))
@@ -94,13 +102,37 @@ def load_taubench(folder: Path) -> list[Trajectory]:
             f"{path} is missing: the tau-bench trajectories live in the shared data folder "
             "(../shared/data/harness relative to the repository root); use "
             "workload = \"synthetic\" where it is absent")
+    return load_recorded(path, "taubench")
+
+
+def load_recorded(path: Path, source: str = "") -> list[Trajectory]:
+    """A recorded file: a JSON list of ``{"task_id", "trial", "traj": [chat messages]}``
+    (tau-bench's shape), with ``calls_in_text: true`` where the agent wrote its actions into
+    its replies (evaluators/harness/convert_swe.py writes such files). ``source`` names the
+    trajectories (``<source>/task-<id>/trial-<n>``); by default the file's ``source`` field
+    of its first record, else the file's stem."""
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing: recorded trajectories are read from the data folder "
+            "(data_dir, ../shared/data/harness by default); docs/harness.md says how each "
+            "file is made, or use workload = \"synthetic\" where it is absent")
     raw = json.loads(path.read_text())
     out = []
     for rec in raw:
-        task, trial = int(rec["task_id"]), int(rec["trial"])
-        out.append(from_messages(f"taubench/task-{task}/trial-{trial}", f"taubench/{task}",
-                                 list(rec["traj"])))
+        src = source or str(rec.get("source") or path.stem)
+        task, trial = rec["task_id"], int(rec.get("trial", 0))
+        out.append(from_messages(f"{src}/task-{task}/trial-{trial}", f"{src}/{task}",
+                                 list(rec["traj"]), bool(rec.get("calls_in_text", False))))
     return out
+
+
+def held_out(task: str, every: int) -> bool:
+    """The split by task: an integer task id is held out when ``id % every == every - 1``
+    (tau-bench's ids); any other id by the same rule on a digest of its name, so that the
+    split of a task never depends on which other tasks a file holds."""
+    key = task.rsplit("/", 1)[-1]
+    n = int(key) if key.isdigit() else int(hashlib.sha256(key.encode()).hexdigest()[:12], 16)
+    return n % every == every - 1
 
 
 class Tokenized:
