@@ -14,24 +14,47 @@ from __future__ import annotations
 
 import ast
 import threading
-from typing import Any, cast
+from collections.abc import Callable
+from types import CodeType
+from typing import Any, TypeVar, cast
+
+T = TypeVar("T")
 
 _PARSING = threading.RLock()  # re-entrant: a finalizer run mid-parse may parse too
+# A parse here can still meet one outside this lock (a module compiled at import in another
+# thread, a library's own parse): `make nightly` on a fresh clone (every import compiled
+# from source) failed so on 2026-12-06. The error is transient: the same parse again works.
+_MISMATCH = "recursion depth mismatch"
+_TRIES = 3
+
+
+def _retried(make: Callable[[], T]) -> T:
+    for attempt in range(_TRIES):
+        try:
+            with _PARSING:
+                return make()
+        except SystemError as exc:
+            if _MISMATCH not in str(exc) or attempt == _TRIES - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def parse(source: str, filename: str = "<unknown>") -> ast.Module:
     """``ast.parse(source, filename)``, one thread at a time."""
-    with _PARSING:
-        return ast.parse(source, filename=filename)
+    return _retried(lambda: ast.parse(source, filename=filename))
 
 
 def parse_expression(source: str) -> ast.Expression:
     """``ast.parse(source, mode="eval")``, one thread at a time."""
-    with _PARSING:
-        return cast(ast.Expression, ast.parse(source, mode="eval"))
+    return _retried(lambda: cast(ast.Expression, ast.parse(source, mode="eval")))
+
+
+def compile_expression(tree: ast.Expression, filename: str) -> CodeType:
+    """``compile(tree, filename, "eval")``, one thread at a time (turning ``ast`` objects
+    back into the compiler's tree counts its recursion in the same place)."""
+    return _retried(lambda: compile(tree, filename, "eval"))
 
 
 def literal_eval(source: str) -> Any:
     """``ast.literal_eval(source)``, one thread at a time."""
-    with _PARSING:
-        return ast.literal_eval(source)
+    return _retried(lambda: ast.literal_eval(source))

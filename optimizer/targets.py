@@ -507,7 +507,7 @@ def broken_constraint(constraints: tuple[str, ...], values: Mapping[str, Any]) -
         if not names <= set(values):
             continue
         try:
-            ok = eval(compile(tree, "<knob constraint>", "eval"),  # noqa: S307 - checked
+            ok = eval(syntax.compile_expression(tree, "<knob constraint>"),  # noqa: S307 - checked
                       {"__builtins__": {}}, dict(values))
         except (ArithmeticError, TypeError):
             return expr

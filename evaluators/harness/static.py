@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ast
 
+from optimizer import syntax
+
 ALLOWED_IMPORTS = frozenset({"math", "itertools", "functools", "collections", "heapq",
                              "bisect", "operator", "statistics", "typing", "re",
                              "dataclasses", "__future__"})
@@ -21,7 +23,7 @@ FORBIDDEN_NAMES = frozenset({"open", "exec", "eval", "compile", "__import__", "g
 
 
 def violations(source: str, filename: str) -> list[str]:
-    tree = ast.parse(source, filename=filename)
+    tree = syntax.parse(source, filename)
     out = []
     for node in ast.walk(tree):
         where = f"{filename}:{getattr(node, 'lineno', 0)}"

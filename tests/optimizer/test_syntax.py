@@ -46,3 +46,36 @@ def test_no_two_threads_parse_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     for t in threads:
         t.join()
     assert most[0] == 1
+
+
+def test_a_parse_that_meets_one_outside_the_lock_is_tried_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """CPython 3.11's transient 'AST constructor recursion depth mismatch' (a parse in a
+    thread outside the lock, such as an import compiling its module) is tried again; any
+    other SystemError, or the mismatch every time, is raised."""
+    plain, failures = ast.parse, [1]
+
+    def flaky(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if failures[0]:
+            failures[0] -= 1
+            raise SystemError("AST constructor recursion depth mismatch (before=27, after=33)")
+        return plain(*args, **kwargs)
+
+    monkeypatch.setattr(ast, "parse", flaky)
+    assert isinstance(syntax.parse("x = 1").body[0], ast.Assign)
+    failures[0] = 10
+    with pytest.raises(SystemError, match="mismatch"):
+        syntax.parse("x = 1")
+    assert failures[0] == 10 - 3  # three tries, then the error
+
+    def other(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise SystemError("something else")
+
+    monkeypatch.setattr(ast, "parse", other)
+    with pytest.raises(SystemError, match="something else"):
+        syntax.parse_expression("x + 1")
+
+
+def test_a_knob_constraint_compiles_under_the_lock() -> None:
+    code = syntax.compile_expression(syntax.parse_expression("A * B <= 8"), "<c>")
+    assert eval(code, {"__builtins__": {}}, {"A": 2, "B": 4}) is True  # noqa: S307
