@@ -338,6 +338,15 @@ def test_the_winners_are_selected_side_by_side(
     monkeypatch.setenv("TOY_EVAL_S", "0.2")
     monkeypatch.setenv("TOY_EVAL_LOG", str(tmp_path / "evals.jsonl"))
     horizons = _kept_horizons(monkeypatch)
+    # when the winners' phase begins: every search evaluation has ended by then
+    phase: list[float] = []
+    select = loop.select_winners
+
+    def noted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        phase.append(time.monotonic())
+        return select(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "select_winners", noted)
     exp = _night(repo, {"left": 1.0, "right": 1.0})
     cfg = load_experiment(exp, ["budget.minutes=0.4", "stats.minimize_trials=4",
                                 "stats.confirm_repeats=4",
@@ -354,7 +363,8 @@ def test_the_winners_are_selected_side_by_side(
     kept = horizon.reserved_s
     assert horizon.search_end == pytest.approx(horizon.deadline - max(kept.values()))
     evals = _evaluations(tmp_path / "evals.jsonl")
-    after = [e for e in evals if e[0] > horizon.search_end + 0.5]
+    assert len(phase) == 1 and phase[0] >= horizon.search_end
+    after = [e for e in evals if e[0] > phase[0]]  # the winners' evaluations
     assert {e[2] for e in after} == {"left", "right"}, after
     mixed = [(a, b) for i, a in enumerate(after) for b in after[i + 1:]
              if a[2] != b[2] and _overlap(a, b)]
