@@ -180,7 +180,7 @@ def share_the_night(r: Run) -> list[TargetSummary]:
                                     type(lane.evaluator).uses_gpu, locks=locks)
     try:
         prepare_night(r, lanes)
-        warm_the_slots(lanes, width, r)
+        warm_the_slots(r, lanes, width)
         Scheduler(r, lanes, Policy.concurrent(width, r.config.proposer.concurrency)).run()
         r.writer.flush()  # the searches' runs are complete before winners read them
         r.coordination.searched(lanes)
@@ -205,7 +205,7 @@ def optimize_target(r: Run, entry: TargetEntry, deadline: float) -> TargetSummar
     policy = (Policy.serial(ask_ahead=r.coordination.one_writer) if serial
               else Policy.concurrent(len(lane.slots), r.config.proposer.concurrency))
     try:
-        warm_the_slots([lane], len(lane.slots), r)
+        warm_the_slots(r, [lane], len(lane.slots))
         Scheduler(r, [lane], policy).run()
         if not seed_is_valid(r, lane):
             return finish_summary(lane.out, lane.archive, lane.earlier)
@@ -259,12 +259,12 @@ def prepare_night(r: Run, lanes: list[Lane]) -> None:
           + (f"; failed: {'; '.join(failed)[:500]}" if failed else ""))
 
 
-def warm_the_slots(lanes: list[Lane], width: int, r: Run) -> None:
+def warm_the_slots(r: Run, lanes: list[Lane], width: int) -> None:
     """With fewer targets than slots, every slot evaluates the targets' candidates from the
     night's first minute: each slot's sandbox of each CPU target starts in the background
     while the seeds are evaluated, instead of inside a slot's first candidate (0.25-0.4 s
-    on 2 cores for the function kind). With as many targets as slots or more, each sandbox starts
-    when a slot first needs it: a kernel night of 5 targets on 4 slots would start 20
+    on 2 cores for the function kind). With as many targets as slots or more, each sandbox
+    starts when a slot first needs it: a kernel night of 5 targets on 4 slots would start 20
     processes of torch at once, most of them for candidates a short night never makes.
     (:func:`prepare_night` starts every GPU target's.)"""
     if width < 2 or len(lanes) >= width:

@@ -152,5 +152,3 @@ def add_toy_target(repo: Path, name: str, evaluate: str | None = None,
     git(repo, "add", "-A")
     git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", f"target {name}")
     return dst
-
-

@@ -13,9 +13,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = "../shared/data/harness"  # relative to the repository root
 
 KEYS = {"workload", "synthetic", "held_out", "taubench", "recorded", "provider", "prices",
-        "window",
-        "ttl_s", "seconds_per_call", "min_cache_tokens", "baselines", "max_decision_ms",
-        "data_dir"}
+        "window", "ttl_s", "seconds_per_call", "min_cache_tokens", "baselines",
+        "max_decision_ms", "data_dir"}
 PRICE_KEYS = {"openai": {"input", "cached_input", "output"},
               "anthropic": {"input", "output", "write_mult", "read_mult"}}
 # list prices per million tokens (2026-12): gpt-4o, and Claude Sonnet with its cache rules
@@ -114,10 +113,10 @@ def parse(raw: Mapping[str, Any]) -> Settings:
                 for k in keys}
         rules[name] = replace(base, provider=name, **vals)
     every = _every(raw, "taubench", 5)
-    _every(raw, "recorded", 5)  # checked even when another workload runs
+    recorded_every = _every(raw, "recorded", 5)  # checked even when another workload runs
     recorded_file = None
     if workload == "recorded":
-        every = _every(raw, "recorded", 5)
+        every = recorded_every
         file = raw.get("recorded", {}).get("file")
         if not isinstance(file, str) or not file:
             raise SettingsError("workload = 'recorded' needs recorded.file, the recorded "

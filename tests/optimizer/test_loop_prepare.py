@@ -88,12 +88,12 @@ def test_fewer_targets_than_slots_warm_each_slots_cpu_sandbox(monkeypatch):
         return SimpleNamespace(evaluator=_Evaluator(gpu), alone=alone,
                                warm_sandboxes=lambda r: warmed.append(name))
 
-    loop.warm_the_slots([lane("a"), lane("gpu", gpu=True), lane("alone", alone=True)], 4,
-                        SimpleNamespace())  # type: ignore[arg-type]
+    loop.warm_the_slots(SimpleNamespace(),  # type: ignore[arg-type]
+                        [lane("a"), lane("gpu", gpu=True), lane("alone", alone=True)], 4)
     assert warmed == ["a"]  # a GPU target's are prepare_night's; one alone has one slot
     warmed.clear()
-    loop.warm_the_slots([lane("a"), lane("b")], 2, SimpleNamespace())  # type: ignore[arg-type]
-    loop.warm_the_slots([lane("a")], 1, SimpleNamespace())  # type: ignore[arg-type]
+    loop.warm_the_slots(SimpleNamespace(), [lane("a"), lane("b")], 2)  # type: ignore[arg-type]
+    loop.warm_the_slots(SimpleNamespace(), [lane("a")], 1)  # type: ignore[arg-type]
     assert warmed == []
 
 
