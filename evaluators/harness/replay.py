@@ -116,10 +116,16 @@ class Replay:
         self.max_breakpoints = min(r.max_breakpoints for r in rules.values())
         self.meta: dict[str, list[dict[str, Any]]] = {}
         for t in tokenized.trajectories:
+            # what each past reply used: the segment each of its needed values was last
+            # read from (the oracle's labels of calls already made: the past, as a harness
+            # that reads its agent's actions knows it)
+            uses = {m: sorted({max(n.sources) for n in needs})
+                    for m, needs in labels.get(t.name, {}).items()}
             self.meta[t.name] = [
                 {"id": s.id, "role": s.role, "tool": s.tool, "read": s.read,
                  "digest": s.digest,
-                 "tokens": len(tokenized.tokens(t, s.id)) + 3 + len(tok.encode(s.role))}
+                 "tokens": len(tokenized.tokens(t, s.id)) + 3 + len(tok.encode(s.role)),
+                 "uses": uses.get(s.id, [])}
                 for s in t.segments]
 
     def view(self, traj: Trajectory, call: int, m: int, previous: dict[str, Any] | None,
@@ -138,6 +144,7 @@ class Replay:
         seconds = next(iter(self.rules.values())).seconds_per_call
         clock = [0]
         summaries: set[tuple[int, int]] = set()
+        shown: dict[tuple[str, Any], bool] = {}  # the oracle's searches, by span and item
         seen_reads: set[str] = set()
         for s in traj.segments:
             if s.read:
@@ -191,7 +198,7 @@ class Replay:
                     out = len(render.message(it)[0][1])
                     bill(ask, (), out, phase)
             needs = labels.get(m, ())
-            lost = missing(needs, [text for _, text in rendered])
+            lost = missing(needs, [(msg[0], text) for msg, text in rendered], shown)
             for source in sorted({max(n.sources) for n in lost}):
                 recall = render.extra(("recall", source), "assistant",
                                       f"call recall(message={source})")

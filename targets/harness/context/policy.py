@@ -4,7 +4,8 @@
 recorded agent trajectory. ``view``: ``call`` (this call's index in the trajectory),
 ``segments`` (the past only, in order: dicts with ``id``, ``role`` (system, user, assistant,
 tool), ``tool`` (a tool result's tool), ``read`` (tool and arguments digest: equal for two
-identical reads), ``digest`` (of the content), ``tokens`` (its size as a message)),
+identical reads), ``digest`` (of the content), ``tokens`` (its size as a message), ``uses`` (a past reply:
+the earlier segments whose values its action used)),
 ``previous`` (the plan of the previous call, as it was rendered, or None), ``window``,
 ``max_breakpoints``, ``min_cache_tokens``.
 
@@ -27,6 +28,10 @@ HEAD_TOKENS = 64  # knob: int 8..512 log
 REFRESH_EVERY = 1  # knob: int 1..16
 DEDUPE = True  # knob: choices=[False, True]
 BREAKPOINTS = "system+last"  # knob: choices=["last", "system+last", "masked+last"]
+KEEP_REPLIES = 200  # knob: int 1..200 log
+REPLY_MIN_TOKENS = 0  # knob: int 0..2000 step 50
+REPLY_MODE = "head"  # knob: choices=["stub", "head"]
+KEEP_USED = 0  # knob: int 0..40
 
 
 def plan(view):
@@ -39,6 +44,15 @@ def plan(view):
     older = [s for s in segs[:boundary] if s["role"] == "tool"]
     masked = {s["id"] for s in older[:max(0, len(older) - KEEP_RECENT)]
               if s["tokens"] >= MASK_MIN_TOKENS}
+    # The agent's own older replies, beyond the last KEEP_REPLIES, by the same rule.
+    replies = [s for s in segs[:boundary] if s["role"] == "assistant" and s["id"] > 0]
+    old_replies = {s["id"] for s in replies[:max(0, len(replies) - KEEP_REPLIES)]
+                   if s["tokens"] >= REPLY_MIN_TOKENS}
+    # What the last KEEP_USED replies used stays verbatim: what was needed lately is likely
+    # needed again.
+    for s in replies[max(0, len(replies) - KEEP_USED):] if KEEP_USED else ():
+        masked.difference_update(s["uses"])
+        old_replies.difference_update(s["uses"])
     if DEDUPE:
         latest = {}
         for s in older:
@@ -48,10 +62,10 @@ def plan(view):
     items = []
     last_masked = 0
     for s in segs:
-        if s["id"] in masked:
+        mode = MASK_MODE if s["id"] in masked else REPLY_MODE if s["id"] in old_replies else ""
+        if mode:
             last_masked = len(items)
-            items.append([s["id"], "stub"] if MASK_MODE == "stub"
-                         else [s["id"], "head", HEAD_TOKENS])
+            items.append([s["id"], "stub"] if mode == "stub" else [s["id"], "head", HEAD_TOKENS])
         else:
             items.append([s["id"], "full"])
     end = len(items) - 1

@@ -95,9 +95,11 @@ def test_the_recorded_file_reads_back_with_replies_as_written(tmp_path: Path) ->
     assert t.calls == [2, 4, 6, 8, 10]
     assert t.segments[3].read and t.segments[3].read == t.segments[9].read  # a repeated view
     assert t.segments[5].role == "user"
-    # the edit names a function the view's output showed (its path the agent wrote itself)
+    # the edit names a function the view's output showed, and a path the agent's own
+    # earlier reply wrote (a policy that stubs that reply must pay for it)
     needs = label(t)
-    assert [(n.span, n.sources) for n in needs[6]] == [("helper_17", (3,))]
+    assert [(n.span, n.sources) for n in needs[6]] == [("helper_17", (3,)),
+                                                       ("pkg/core/units.py", (2,))]
     # replayed raw, each prompt is the recording's messages token for token
     rules = {"openai": Rules("openai", 2.5, 10.0, 1.25), "anthropic": Rules("anthropic")}
     replay = Replay(Tokenized([t]), {t.name: needs}, rules, 100_000)

@@ -44,6 +44,13 @@ def test_the_oracle_labels_values_from_tool_results_and_the_user() -> None:
     assert "ZX81QP" in spans('{"reservation_id": "ZX81QP"}')
 
 
+def test_a_capital_letter_that_opens_a_sentence_or_is_python_names_nobody() -> None:
+    text = ("But first. THOUGHT: Check the booking for Mia Li.\n# Then rerun\n- Add a test "
+            "that returns None, True or Exception for Fred")
+    assert {s for s in spans(text) if s.isalpha()} == {"Mia", "Fred"}
+    assert "Mia" in spans("Mia Li called; please call Mia back")  # mid-sentence still counts
+
+
 def _replay(trajs, window=100_000):
     rules = {"openai": Rules("openai", 2.5, 10.0, 1.25), "anthropic": Rules("anthropic")}
     return Replay(Tokenized(trajs), {t.name: label(t) for t in trajs}, rules, window)
@@ -75,6 +82,31 @@ def test_a_dropped_value_costs_a_recovery_and_a_call() -> None:
     assert masked.recoveries == 1 and raw.recoveries == 0
     assert masked.repeated_reads == 1
     assert sum(c.output for c in [masked.charges["openai"]]) > raw.charges["openai"].output
+
+
+def test_a_value_the_agent_wrote_itself_is_charged_when_its_reply_is_stubbed() -> None:
+    t = from_messages("t/1", "t", [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix the bug."},
+        {"role": "assistant", "content": "I will write a test.\n```bash\ncat > "
+         "tests/test_fix_42.py <<EOF\n" + "assert x\n" * 200 + "EOF\n```"},
+        {"role": "user", "content": "done"},
+        {"role": "assistant", "content": "```bash\nls\n```"},
+        {"role": "user", "content": "setup.py"},
+        {"role": "assistant", "content": "```bash\npython tests/test_fix_42.py\n```"},
+    ], calls_in_text=True)
+    labels = label(t)
+    assert [(n.span, n.sources) for n in labels[6]] == [("tests/test_fix_42.py", (2,))]
+    replay = _replay([t])
+
+    def stub_old_replies(view):  # every reply before the previous call's
+        fresh = view["previous"] and len(view["segments"]) - 2
+        return {"items": [[s["id"], "stub"] if s["role"] == "assistant" and fresh
+                          and s["id"] < fresh else s["id"] for s in view["segments"]]}
+
+    kept = replay.trajectory(t, lambda v: {"items": [s["id"] for s in v["segments"]]})
+    stubbed = replay.trajectory(t, stub_old_replies)
+    assert kept.recoveries == 0 and stubbed.recoveries == 1
 
 
 def test_a_summary_is_billed_once_and_counted_as_a_compaction() -> None:
