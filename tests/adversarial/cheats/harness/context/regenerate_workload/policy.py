@@ -4,8 +4,8 @@
 recorded agent trajectory. ``view``: ``call`` (this call's index in the trajectory),
 ``segments`` (the past only, in order: dicts with ``id``, ``role`` (system, user, assistant,
 tool), ``tool`` (a tool result's tool), ``read`` (tool and arguments digest: equal for two
-identical reads), ``digest`` (of the content), ``tokens`` (its size as a message), ``uses`` (a past reply:
-the earlier segments whose values its action used)),
+identical reads), ``digest`` (of the content), ``tokens`` (its size as a message),
+``uses`` (a past reply: the earlier segments whose values its action used)),
 ``previous`` (the plan of the previous call, as it was rendered, or None), ``window``,
 ``max_breakpoints``, ``min_cache_tokens``.
 
