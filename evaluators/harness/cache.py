@@ -75,25 +75,69 @@ def common_prefix(a: Sequence[Message], b: Sequence[Message]) -> int:
     return n
 
 
+def _tokens_in_common(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 class OpenAICache:
+    """Prompts are compared by their chains of prefix ids: the i-th id names the exact
+    sequence of the first i + 1 message keys (interned, so two prompts have the same id at
+    i exactly when their first i + 1 messages are the same), which makes the messages two
+    prompts share a binary search; the first message that differs is then compared token
+    by token. The result is :func:`common_prefix`'s."""
+
     def __init__(self, rules: Rules):
         self.rules = rules
-        self.entries: list[tuple[Sequence[Message], float]] = []  # prompt, expires
+        self.ids: dict[tuple[int, Hashable], int] = {}
+        # prompt, its prefix ids, tokens up to each message, expires
+        self.entries: list[tuple[Sequence[Message], list[int], list[int], float]] = []
+
+    def _chain(self, prompt: Sequence[Message]) -> tuple[list[int], list[int]]:
+        ids, ends = [], []
+        parent, run = -1, 0
+        for key, tokens in prompt:
+            parent = self.ids.setdefault((parent, key), len(self.ids))
+            run += len(tokens)
+            ids.append(parent)
+            ends.append(run)
+        return ids, ends
+
+    @staticmethod
+    def _shared(prompt: Sequence[Message], ids: list[int], ends: list[int],
+                other: Sequence[Message], other_ids: list[int]) -> int:
+        lo, hi = 0, min(len(ids), len(other_ids))  # lo messages are known to be shared
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if ids[mid - 1] == other_ids[mid - 1]:
+                lo = mid
+            else:
+                hi = mid - 1
+        n = ends[lo - 1] if lo else 0
+        if lo < len(prompt) and lo < len(other):
+            n += _tokens_in_common(prompt[lo][1], other[lo][1])
+        return n
 
     def charge(self, prompt: Sequence[Message], now: float, output: int) -> Charge:
         r = self.rules
-        total = sum(len(t) for _, t in prompt)
+        ids, ends = self._chain(prompt)
+        total = ends[-1] if ends else 0
         best = 0
         alive = []
-        for entry, expires in self.entries:
+        for entry, entry_ids, entry_ends, expires in self.entries:
             if expires < now:
                 continue
-            n = common_prefix(prompt, entry)
+            n = self._shared(prompt, ids, ends, entry, entry_ids)
             best = max(best, n)
-            alive.append((entry, now + r.ttl_s if n >= r.min_cache_tokens else expires))
+            alive.append((entry, entry_ids, entry_ends,
+                          now + r.ttl_s if n >= r.min_cache_tokens else expires))
         cached = best // r.step_tokens * r.step_tokens if best >= r.min_cache_tokens else 0
         cached = min(cached, total)
-        alive.append((prompt, now + r.ttl_s))
+        alive.append((prompt, ids, ends, now + r.ttl_s))
         self.entries = alive[-64:]
         return Charge(uncached=total - cached, cached=cached, output=output)
 

@@ -65,6 +65,23 @@ def _plain_list(value: list[Any] | tuple[Any, ...]) -> bool:
     return True
 
 
+def _plain_dict(value: dict[Any, Any]) -> bool:
+    """A dict of string keys and plain values (scalars or flat lists of them): a record such
+    as a policy's view of one message, encoded without recursion."""
+    for k, v in value.items():
+        if type(k) is not str:
+            return False
+        t = type(v)
+        if t in _PLAIN:
+            continue
+        if t is float:
+            if v - v != 0.0:
+                return False
+        elif t is not list or not _plain_list(v):
+            return False
+    return True
+
+
 class Encoder:
     """Turns a value into a JSON-able tree plus binary buffers (or shared-memory slots)."""
 
@@ -95,6 +112,8 @@ class Encoder:
             return {"__tuple__": [self.encode(v, f"{where}[{i}]", depth + 1)
                                   for i, v in enumerate(value)]}
         if isinstance(value, dict):
+            if type(value) is dict and _plain_dict(value):
+                return {"__dict__": dict(value)}
             out = {}
             for k, v in value.items():
                 if not isinstance(k, str):

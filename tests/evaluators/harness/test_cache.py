@@ -75,3 +75,26 @@ def test_anthropic_looks_back_from_a_breakpoint_for_an_earlier_entry() -> None:
     cache.charge(prompt(1200, 100), [1], now=0.0, output=0)
     later = cache.charge(prompt(1200, 100, 50, 50), [3], now=1.0, output=0)
     assert later.cached == 1300 and later.written == 100
+
+
+def test_openai_prefix_ids_find_what_a_message_by_message_walk_finds() -> None:
+    """The cache compares prompts by interned prefix ids; the longest shared prefix must be
+    the one :func:`common_prefix` walks to, on prompts that share, fork and rejoin."""
+    import random
+
+    rng = random.Random(7)
+    pool = [((k,), tuple(rng.randrange(50) for _ in range(rng.randrange(1, 400))))
+            for k in range(12)]
+    stub = [(("stub", k), t[:3] + (999,)) for k, (_, t) in enumerate(pool)]
+    rules = Rules("openai", input=2.0, output=8.0, cached_input=1.0, min_cache_tokens=256,
+                  step_tokens=16)
+    cache = OpenAICache(rules)
+    earlier: list = []
+    for call in range(120):
+        n = rng.randrange(1, 12)
+        p = [stub[i] if rng.random() < 0.2 else pool[i] for i in range(n)]
+        best = max((common_prefix(p, e) for e in earlier[-64:]), default=0)
+        want = best // 16 * 16 if best >= 256 else 0
+        assert cache.charge(p, now=float(call), output=0).cached == min(want, sum(
+            len(t) for _, t in p)), call
+        earlier.append(p)

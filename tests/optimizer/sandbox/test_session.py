@@ -5,6 +5,7 @@ a hang, a crash, an exception or an import failure is a value with a reason."""
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
@@ -249,6 +250,24 @@ def test_the_codec_refuses_what_has_behaviour() -> None:
     tree["__dict__"]["a"]["__nd__"][0] = "|O"  # a forged object dtype on the way in
     with pytest.raises(BoundaryError):
         decode(tree, bytearray(24))
+
+
+def test_records_of_plain_values_cross_whole_and_the_odd_ones_still_checked() -> None:
+    import collections
+
+    record = {"id": 3, "role": "tool", "tokens": 12, "w": 0.5, "uses": [1, 2], "x": None}
+    def cross(value):
+        return decode(json.loads(json.dumps(Encoder().encode(value))), bytearray())
+
+    for value in (record, [record, dict(record, id=4)], {"l": [1, float("inf")], "t": (1,)},
+                  collections.OrderedDict(a=1)):
+        assert cross(value) == value
+    back = cross({"f": float("nan"), "g": 1.5})
+    assert math.isnan(back["f"]) and back["g"] == 1.5
+    assert Encoder().encode({"a": [1, 2]}) == {"__dict__": {"a": [1, 2]}}
+    assert Encoder().encode({"a": [1, float("inf")]})["__dict__"]["a"][1] == {"__f__": "inf"}
+    with pytest.raises(BoundaryError):
+        Encoder().encode({"a": 1, 2: "b"})  # a key that is not a string, even among plain values
 
 
 def test_two_sessions_run_at_once_in_separate_processes(tmp_path: Path) -> None:
