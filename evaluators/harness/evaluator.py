@@ -8,13 +8,15 @@ BPE tokenizer, bills it under two providers' documented cache rules and checks i
 the information-loss oracle (evaluators/harness/replay.py).
 
 The boundary: trajectories, tokens, oracle labels, prices and the clock stay in this process
-(the engine's). The policy runs in a sandboxed session (the generic function server), in a
-private folder holding a copy of the editable files only, and is asked once per call with
-that call's view (the past segments' metadata and the previous plan); the future is never in
-its process. Static rules (evaluators/harness/static.py) keep it from importing anything
-that reads files or the project's code. A second, fresh session answers every view again in
-a shuffled order: a plan that depends on anything but its view (state carried between calls,
-the order of the questions) is INVALID.
+(the engine's). The policy runs in a sandboxed session (evaluators/harness/child.py, on the
+generic function server), in a private folder holding a copy of the editable files only,
+and is asked once per call with that call's view (the past segments' metadata and the
+previous plan; each request carries the segments that arrived since the previous call, the
+session keeps the rest); the future is never in its process. Static rules
+(evaluators/harness/static.py) keep it from importing anything that reads files or the
+project's code. A second, fresh session answers every view again in a shuffled order: a
+plan that depends on anything but its view (state carried between calls, the order of the
+questions) is INVALID.
 
 Stages:
 - correctness: the training workload replayed; every plan keeps the rules, every prompt
@@ -63,7 +65,7 @@ from optimizer.errors import ConfigError
 from optimizer.records import CandidateState, EvalResult
 from optimizer.sandbox.loader import load_module
 
-SERVE = "optimizer.sandbox.serve:functions"
+SERVE = "evaluators.harness.child:serve"
 SECOND_OPINION_BATCH = 256  # views a request when the policy is asked again
 _loads = itertools.count()
 
@@ -198,10 +200,19 @@ class HarnessEvaluator(Evaluator):
                 raise _Stopped(state, session.error or "the policy's session did not start")
             yield session
 
-    def _asker(self, session: Any, times: list[float]) -> Any:
+    def _asker(self, session: Any, times: list[float], trajectory: str) -> Any:
+        """Asks the policy about one trajectory's calls, in order: each request carries the
+        segments that arrived since the previous one (evaluators/harness/child.py)."""
+        sent = [0]
+
         def decide(view: dict[str, Any]) -> Any:
-            reply = session.request({"op": "call", "fn": "plan", "args": [view]},
-                                    timeout_s=self.call_timeout_s)
+            segments = view["segments"]
+            if len(segments) < sent[0]:
+                raise RuntimeError("a trajectory's calls are asked in order")
+            new, sent[0] = segments[sent[0]:], len(segments)
+            rest = {k: v for k, v in view.items() if k != "segments"}
+            reply = session.request({"op": "next", "trajectory": trajectory, "new": new,
+                                     "view": rest}, timeout_s=self.call_timeout_s)
             if reply.timed_out:
                 raise _Stopped(CandidateState.TIMEOUT, f"plan() for call {view['call']}: "
                                f"{reply.reason}")
@@ -221,14 +232,14 @@ class HarnessEvaluator(Evaluator):
             report = self.baselines(which)
         except FileNotFoundError as exc:
             return EvalResult(CandidateState.PRUNED, str(exc), stage)
-        record: list[tuple[dict[str, Any], Any]] = []
+        records: dict[str, list[tuple[dict[str, Any], Any]]] = {}
         times: list[float] = []
         try:
             with self._session(cand_dir, ctx) as session:
-                decide = self._asker(session, times)
-                costs = [replay.trajectory(t, decide, record)
+                costs = [replay.trajectory(t, self._asker(session, times, t.name),
+                                           records.setdefault(t.name, []))
                          for t in replay.tokenized.trajectories]
-            bad = self._second_opinion(cand_dir, ctx, record, stage)
+            bad = self._second_opinion(cand_dir, ctx, replay, records, stage)
         except _Stopped as exc:
             return EvalResult(exc.state, exc.reason, stage)
         except PlanError as exc:
@@ -269,38 +280,53 @@ class HarnessEvaluator(Evaluator):
                                   metrics=metrics, artifacts=artifacts)
         return valid_from_metrics(self.target, metrics, stage, artifacts=artifacts)
 
-    def _second_opinion(self, cand_dir: Path, ctx: EvalContext,
-                        record: list[tuple[dict[str, Any], Any]], stage: str,
+    def _second_opinion(self, cand_dir: Path, ctx: EvalContext, replay: Replay,
+                        records: dict[str, list[tuple[dict[str, Any], Any]]], stage: str,
                         ) -> EvalResult | None:
         """A fresh session answers every view again, in a shuffled order: the plans must be
-        the same (a function of the view alone)."""
-        order = list(range(len(record)))
+        the same (a function of the view alone). The session is sent each trajectory's
+        segments first and then the views by reference (trajectory, how many segments), many
+        a request: this process's answers are only compared with the first pass's, so what
+        it holds of a trajectory can change no measured answer, only fail the check."""
+        order = [(name, i) for name, rec in records.items() for i in range(len(rec))]
         random.Random(ctx.seed).shuffle(order)
         with self._session(cand_dir, ctx) as session:
-            # many views a request (the first pass must ask one at a time: each view shows
-            # the previous plan); the process and the order are what is new here
+            for name in records:
+                reply = session.request({"op": "segments", "trajectory": name,
+                                         "segments": replay.meta[name]},
+                                        timeout_s=self.call_timeout_s)
+                if not reply.ok:
+                    return self._unanswered(reply, stage)
             for start in range(0, len(order), SECOND_OPINION_BATCH):
                 chunk = order[start:start + SECOND_OPINION_BATCH]
-                reply = session.request(
-                    {"op": "batch", "fn": "plan", "args_list": [[record[i][0]] for i in chunk]},
-                    # the first pass held every answer within max_decision_ms (at p99)
-                    timeout_s=self.call_timeout_s
-                    + 2e-3 * self.settings.max_decision_ms * len(chunk))
+                asks = []
+                for name, i in chunk:
+                    view = records[name][i][0]
+                    asks.append([name, len(view["segments"]),
+                                 {k: v for k, v in view.items() if k != "segments"}])
+                # the first pass held every answer within max_decision_ms (at p99)
+                reply = session.request({"op": "views", "asks": asks},
+                                        timeout_s=self.call_timeout_s
+                                        + 2e-3 * self.settings.max_decision_ms * len(chunk))
                 if not reply.ok:
-                    state = (CandidateState.TIMEOUT if reply.timed_out
-                             else CandidateState.FAILED)
-                    return EvalResult(state, f"plan(), asked again in a fresh process: "
-                                      f"{reply.reason}", stage)
+                    return self._unanswered(reply, stage)
                 answers = reply.value if isinstance(reply.value, list) else []
-                for i, again in itertools.zip_longest(chunk, answers):
-                    if i is None or again != record[i][1]:
-                        call = record[i][0]["call"] if i is not None else "?"
+                for key, again in itertools.zip_longest(chunk, answers):
+                    first = records[key[0]][key[1]] if key is not None else None
+                    if first is None or again != first[1]:
+                        call = first[0]["call"] if first is not None else "?"
                         return EvalResult(CandidateState.INVALID,
                                           f"asked again in a fresh process and another order, "
                                           f"plan() answered call {call} differently: a policy "
                                           "must be a function of its view alone (no state "
                                           "carried between calls)", stage)
         return None
+
+    @staticmethod
+    def _unanswered(reply: Any, stage: str) -> EvalResult:
+        state = CandidateState.TIMEOUT if reply.timed_out else CandidateState.FAILED
+        return EvalResult(state, f"plan(), asked again in a fresh process: {reply.reason}",
+                          stage)
 
     # -- stages ---------------------------------------------------------------------------
     def correctness(self, cand_dir: Path, ctx: EvalContext) -> EvalResult:

@@ -103,8 +103,15 @@ class Encoder:
         if isinstance(value, float):
             return float(value) if math.isfinite(value) else {"__f__": repr(float(value))}
         if isinstance(value, list):
-            if type(value) is list and _plain_list(value):
-                return value
+            if type(value) is list:
+                if _plain_list(value):
+                    return value
+                # rows of scalars (a plan's items) and lists of records (a view's messages),
+                # the common nested cases, checked without a call per element
+                if all(type(v) is list and _plain_list(v) for v in value):
+                    return value
+                if all(type(v) is dict and _plain_dict(v) for v in value):
+                    return [{"__dict__": dict(v)} for v in value]
             return [self.encode(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
         if isinstance(value, tuple):
             if type(value) is tuple and _plain_list(value):
@@ -188,7 +195,11 @@ def decode(tree: Any, blob: Any, shm: Any = None, copy_shm: bool = False) -> Any
     if not isinstance(tree, dict):
         return tree
     if "__dict__" in tree:
-        return {k: decode(v, blob, shm, copy_shm) for k, v in tree["__dict__"].items()}
+        d = tree["__dict__"]
+        if type(d) is dict and all(type(v) is not dict and (type(v) is not list or all(
+                type(x) is not list and type(x) is not dict for x in v)) for v in d.values()):
+            return d  # plain values only (as the encoder's record fast path sends them)
+        return {k: decode(v, blob, shm, copy_shm) for k, v in d.items()}
     if "__tuple__" in tree:
         return tuple(decode(tree["__tuple__"], blob, shm, copy_shm))
     if "__f__" in tree:

@@ -260,7 +260,8 @@ def test_records_of_plain_values_cross_whole_and_the_odd_ones_still_checked() ->
         return decode(json.loads(json.dumps(Encoder().encode(value))), bytearray())
 
     for value in (record, [record, dict(record, id=4)], {"l": [1, float("inf")], "t": (1,)},
-                  collections.OrderedDict(a=1)):
+                  collections.OrderedDict(a=1), [[1, "stub"], [2, "head", 64]],
+                  [record, {"a": {"b": (1,)}}], [[1, 2], [3, [4]]]):
         assert cross(value) == value
     back = cross({"f": float("nan"), "g": 1.5})
     assert math.isnan(back["f"]) and back["g"] == 1.5
@@ -268,6 +269,8 @@ def test_records_of_plain_values_cross_whole_and_the_odd_ones_still_checked() ->
     assert Encoder().encode({"a": [1, float("inf")]})["__dict__"]["a"][1] == {"__f__": "inf"}
     with pytest.raises(BoundaryError):
         Encoder().encode({"a": 1, 2: "b"})  # a key that is not a string, even among plain values
+    with pytest.raises(BoundaryError):
+        Encoder().encode([record, {3: 1}])
 
 
 def test_two_sessions_run_at_once_in_separate_processes(tmp_path: Path) -> None:

@@ -1,0 +1,58 @@
+"""Inside the sandbox: the context policy behind a session, asked call after call.
+
+The session entry ``evaluators.harness.child:serve`` of the policy's process. The first
+pass of a replay asks the policy once per LLM call, in the order of the calls; a view holds
+every earlier segment of the trajectory, and most of them the process was sent with the
+call before. So the trusted side sends, per call, only the segments that arrived since its
+previous call of the same trajectory, and this handler keeps each trajectory's past and
+builds the view from it: fresh copies at every call, so nothing a call does to its view
+reaches the next one. The process holds the past only: a trajectory's segments arrive with
+the calls that may see them.
+
+The second opinion (a fresh process asked every view again in a shuffled order, whose
+answers are only compared with the first pass's) is sent each trajectory's segments first
+and then the views by reference, many a request.
+
+Requests: ``{"op": "next", "trajectory": name, "new": [segment, ...], "view": {...}}``
+(``view`` without ``segments``; the answer is ``plan(view)`` with the trajectory's segments
+so far); ``{"op": "segments", "trajectory": name, "segments": [...]}`` then ``{"op":
+"views", "asks": [[name, m, view], ...]}`` (the answers to each view with the trajectory's
+first ``m`` segments); and anything the generic handler serves.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from optimizer.sandbox.serve import FunctionHandler, functions
+
+
+class PolicyHandler:
+    def __init__(self, inner: FunctionHandler):
+        self.inner = inner
+        self.past: dict[str, list[dict[str, Any]]] = {}
+
+    def _plan(self, segments: list[dict[str, Any]], rest: dict[str, Any]) -> Any:
+        fresh = [dict(s, uses=list(s["uses"])) if "uses" in s else dict(s) for s in segments]
+        return self.inner.handle({"op": "call", "fn": "plan",
+                                  "args": [dict(rest, segments=fresh)]})
+
+    def handle(self, request: dict[str, Any]) -> Any:
+        op = request.get("op")
+        if op == "next":  # the first pass: a trajectory's calls in order
+            past = self.past.setdefault(str(request["trajectory"]), [])
+            past.extend(request["new"])
+            return self._plan(past, request["view"])
+        if op == "segments":  # the second opinion: a trajectory's segments, then its views
+            self.past[str(request["trajectory"])] = list(request["segments"])
+            return None
+        if op == "views":
+            return [self._plan(self.past[str(name)][:int(m)], rest)
+                    for name, m, rest in request["asks"]]
+        return self.inner.handle(request)
+
+
+def serve(payload: dict[str, Any], io_dir: Path) -> PolicyHandler:
+    """Session entry: the candidate module imported, its ``plan`` served call by call."""
+    return PolicyHandler(functions(payload, io_dir))

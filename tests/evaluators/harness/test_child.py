@@ -1,0 +1,44 @@
+"""The policy's session: views rebuilt from the segments sent so far, never shared."""
+
+from __future__ import annotations
+
+import types
+
+from evaluators.harness.child import PolicyHandler
+from optimizer.sandbox.serve import FunctionHandler
+
+
+def _handler(seen: list) -> PolicyHandler:
+    def plan(view):
+        seen.append(view)
+        if view["segments"]:
+            view["segments"][0]["uses"].append(99)  # a policy that scribbles on its view
+        view["segments"].append({"id": -1})
+        return [s["id"] for s in view["segments"]]
+
+    module = types.SimpleNamespace(plan=plan)
+    return PolicyHandler(FunctionHandler(module, ["plan"], []))
+
+
+SEGS = [{"id": i, "role": "tool", "uses": [i - 1] if i else []} for i in range(5)]
+
+
+def test_each_call_sees_the_segments_sent_so_far_in_fresh_copies() -> None:
+    seen: list = []
+    h = _handler(seen)
+    a = h.handle({"op": "next", "trajectory": "t", "new": SEGS[:2], "view": {"call": 0}})
+    b = h.handle({"op": "next", "trajectory": "t", "new": SEGS[2:4], "view": {"call": 1}})
+    other = h.handle({"op": "next", "trajectory": "u", "new": SEGS[:1], "view": {"call": 0}})
+    assert a == [0, 1, -1] and b == [0, 1, 2, 3, -1] and other == [0, -1]
+    assert seen[1]["call"] == 1 and seen[1]["segments"][0]["uses"] == [99]  # its own scribble
+    assert SEGS[0]["uses"] == []  # nothing a call did reached the record or the next call
+
+
+def test_the_second_opinion_asks_views_by_reference() -> None:
+    seen: list = []
+    h = _handler(seen)
+    assert h.handle({"op": "segments", "trajectory": "t", "segments": SEGS}) is None
+    got = h.handle({"op": "views", "asks": [["t", 3, {"call": 1}], ["t", 1, {"call": 0}]]})
+    assert got == [[0, 1, 2, -1], [0, -1]]
+    assert [v["call"] for v in seen] == [1, 0]
+    assert h.handle({"op": "call", "fn": "plan", "args": [{"segments": []}]}) == [-1]
