@@ -1,10 +1,13 @@
 """Capacity per dollar of the deploy_instance target's seed, baselines and grid, per workload.
 
     python bench/deploy_plans.py [--target targets/routing/deploy_instance] [--json FILE]
+        [--budgets 1536 1792 ...] [--bisect-steps N]
 
 In-process (the seed and the baselines are the project's own files), the evaluator's
 settings, simulations and bisection; prints one table per workload and writes the figures
-to FILE.
+to FILE. ``--budgets`` adds the seed's plan with each other token budget per step (values
+between the grid's points); ``--bisect-steps`` overrides the target's bisection (finer
+steps tell apart plans the target's resolution ties).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import argparse
 import importlib.util
 import json
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -27,14 +31,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="targets/routing/deploy_instance")
     ap.add_argument("--json", default="")
+    ap.add_argument("--budgets", type=int, nargs="*", default=[])
+    ap.add_argument("--bisect-steps", type=int, default=0)
     args = ap.parse_args()
-    target = load_target(ROOT / args.target, ROOT)
+    overrides = {"evaluator": {"bisect_steps": args.bisect_steps}} if args.bisect_steps else None
+    target = load_target(ROOT / args.target, ROOT, overrides)
     ev = DeployEvaluator(target)
     spec = importlib.util.spec_from_file_location("seed_plan", target.path / "plan.py")
     assert spec is not None and spec.loader is not None
     seed = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(seed)
     plans = {"seed": check_plan(seed.plan(), ev.limits), **ev.baseline_plans}
+    for budget in args.budgets:
+        raw = seed.plan()
+        for c in raw["classes"]:
+            c["max_num_batched_tokens"] = c["chunk"] = budget
+            c["max_num_seqs"] = min(c["max_num_seqs"], budget)
+        plans[f"seed_b{budget}"] = check_plan(raw, ev.limits)
     out: dict[str, dict[str, dict[str, float]]] = {}
     t0 = time.perf_counter()
     for label in (ev.cfg.train, *ev.cfg.held_out):
@@ -50,7 +63,7 @@ def main() -> None:
     print(f"\n{len(plans)} plans x {len(out)} workloads in {took:.1f} s")
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "command": f"python bench/deploy_plans.py --target {args.target}",
+            "command": " ".join(["python bench/deploy_plans.py", *sys.argv[1:]]),
             "date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or "cpu",
             "seconds": round(took, 1), "workloads": out}, indent=1) + "\n")
 
