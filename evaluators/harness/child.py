@@ -1,6 +1,7 @@
 """Inside the sandbox: the context policy behind a session, asked call after call.
 
-The session entry ``evaluators.harness.child:serve`` of the policy's process. The first
+The session entry ``evaluators.harness.child:serve`` of the policy's process (it stands on
+the engine's ground floor only: the module loader, not the generic function server). The first
 pass of a replay asks the policy once per LLM call, in the order of the calls; a view holds
 every earlier segment of the trajectory, and most of them the process was sent with the
 call before. So the trusted side sends, per call, only the segments that arrived since its
@@ -17,7 +18,7 @@ Requests: ``{"op": "next", "trajectory": name, "new": [segment, ...], "view": {.
 (``view`` without ``segments``; the answer is ``plan(view)`` with the trajectory's segments
 so far); ``{"op": "segments", "trajectory": name, "segments": [...]}`` then ``{"op":
 "views", "asks": [[name, m, view], ...]}`` (the answers to each view with the trajectory's
-first ``m`` segments); and anything the generic handler serves.
+first ``m`` segments).
 """
 
 from __future__ import annotations
@@ -25,18 +26,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from optimizer.sandbox.serve import FunctionHandler, functions
+from optimizer.sandbox.loader import load_module
 
 
 class PolicyHandler:
-    def __init__(self, inner: FunctionHandler):
-        self.inner = inner
+    def __init__(self, module: Any):
+        self.module = module
         self.past: dict[str, list[dict[str, Any]]] = {}
 
     def _plan(self, segments: list[dict[str, Any]], rest: dict[str, Any]) -> Any:
+        plan = getattr(self.module, "plan", None)
+        if not callable(plan):
+            raise AttributeError("the program defines no function plan()")
         fresh = [dict(s, uses=list(s["uses"])) if "uses" in s else dict(s) for s in segments]
-        return self.inner.handle({"op": "call", "fn": "plan",
-                                  "args": [dict(rest, segments=fresh)]})
+        return plan(dict(rest, segments=fresh))
 
     def handle(self, request: dict[str, Any]) -> Any:
         op = request.get("op")
@@ -50,9 +53,10 @@ class PolicyHandler:
         if op == "views":
             return [self._plan(self.past[str(name)][:int(m)], rest)
                     for name, m, rest in request["asks"]]
-        return self.inner.handle(request)
+        raise ValueError(f"unknown request {op!r}")
 
 
 def serve(payload: dict[str, Any], io_dir: Path) -> PolicyHandler:
     """Session entry: the candidate module imported, its ``plan`` served call by call."""
-    return PolicyHandler(functions(payload, io_dir))
+    path = Path.cwd() / str(payload["module"])
+    return PolicyHandler(load_module(path, str(payload.get("name", "candidate"))))

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import types
 
+import pytest
+
 from evaluators.harness.child import PolicyHandler
-from optimizer.sandbox.serve import FunctionHandler
 
 
 def _handler(seen: list) -> PolicyHandler:
@@ -16,8 +17,7 @@ def _handler(seen: list) -> PolicyHandler:
         view["segments"].append({"id": -1})
         return [s["id"] for s in view["segments"]]
 
-    module = types.SimpleNamespace(plan=plan)
-    return PolicyHandler(FunctionHandler(module, ["plan"], []))
+    return PolicyHandler(types.SimpleNamespace(plan=plan))
 
 
 SEGS = [{"id": i, "role": "tool", "uses": [i - 1] if i else []} for i in range(5)]
@@ -41,4 +41,8 @@ def test_the_second_opinion_asks_views_by_reference() -> None:
     got = h.handle({"op": "views", "asks": [["t", 3, {"call": 1}], ["t", 1, {"call": 0}]]})
     assert got == [[0, 1, 2, -1], [0, -1]]
     assert [v["call"] for v in seen] == [1, 0]
-    assert h.handle({"op": "call", "fn": "plan", "args": [{"segments": []}]}) == [-1]
+    with pytest.raises(ValueError, match="unknown request"):
+        h.handle({"op": "call", "fn": "plan", "args": [{"segments": []}]})
+    with pytest.raises(AttributeError, match="no function plan"):
+        PolicyHandler(types.SimpleNamespace()).handle({"op": "next", "trajectory": "t", "new": [],
+                                                       "view": {}})
