@@ -60,27 +60,22 @@ class Charge:
                 + self.written * r.input * r.write_mult + self.output * r.output) / 1e6
 
 
-def common_prefix(a: Sequence[Message], b: Sequence[Message]) -> int:
-    """Tokens two prompts share from their start."""
-    n = 0
-    for (ka, ta), (kb, tb) in zip(a, b, strict=False):
-        if ka == kb:
-            n += len(ta)
-            continue
-        for x, y in zip(ta, tb, strict=False):
-            if x != y:
-                break
-            n += 1
-        break
-    return n
-
-
 def _tokens_in_common(a: Sequence[int], b: Sequence[int]) -> int:
     n = 0
     for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1
+    return n
+
+
+def common_prefix(a: Sequence[Message], b: Sequence[Message]) -> int:
+    """Tokens two prompts share from their start."""
+    n = 0
+    for (ka, ta), (kb, tb) in zip(a, b, strict=False):
+        if ka != kb:
+            return n + _tokens_in_common(ta, tb)
+        n += len(ta)
     return n
 
 
