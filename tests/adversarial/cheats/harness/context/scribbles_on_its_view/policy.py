@@ -1,0 +1,107 @@
+"""Context policy of an agent harness: what each LLM call's prompt shows of the history.
+
+``plan(view) -> {"items": [...], "breakpoints": [...]}`` is called once per LLM call of a
+recorded agent trajectory. ``view``: ``call`` (this call's index in the trajectory),
+``segments`` (the past only, in order: dicts with ``id``, ``role`` (system, user, assistant,
+tool), ``tool`` (a tool result's tool), ``read`` (tool and arguments digest: equal for two
+identical reads), ``digest`` (of the content), ``tokens`` (its size as a message),
+``uses`` (a past reply: the earlier segments whose values its action used)),
+``previous`` (the plan of the previous call, as it was rendered, or None), ``window``,
+``max_breakpoints``, ``min_cache_tokens``.
+
+Items are references, never text: ``id`` or ``[id, "full"]`` verbatim, ``[id, "stub"]`` a
+one-line placeholder, ``[id, "head", n]`` the first n tokens, ``["summary", a, b]`` one
+summary of segments a..b written by the harness (it costs one summarising call). Item 0 is
+the system segment verbatim; segments that arrived since the previous call are shown in
+full or as a head; ids increase; ``breakpoints`` (at most 4) are item positions that end
+an explicit cache prefix. The harness renders the prompt, bills it under the provider's
+cache rules (a changed prefix is re-billed from the first change on) and charges a
+recovery (a re-read and one more call) wherever the prompt lacks a value a later action
+uses. Deterministic, a function of ``view`` alone, within a few milliseconds.
+"""
+
+# EVOLVE-BLOCK-START
+"""Cheat: scribbles_on_its_view. Class: nondeterminism (state carried in the view's records).
+
+Attack: the policy writes into the records of its view (a "seen" mark on every segment,
+with the call that first showed it) and, where a later call's records still carry the
+marks, stubs every tool result first seen two calls or more before: memory the view does
+not hold, kept in objects a session might hand to the next call.
+How it wins today: a session that kept each trajectory's segments and passed the same
+records to every call would let the marks through; the policy would stub old results the
+seed keeps, cheaper on the first pass.
+Why a sound evaluator must not credit it: a policy must be a function of its view alone;
+the session hands fresh copies to every call, so the marks never reach another call and
+the policy is the seed's (and a second process, asked in another order, would answer
+otherwise if they did).
+Sound verdict: not VALID, or VALID with no gain over the seed.
+"""
+
+KEEP_RECENT = 40  # knob: int 1..40
+MASK_MIN_TOKENS = 0  # knob: int 0..2000 step 50
+MASK_MODE = "stub"  # knob: choices=["stub", "head"]
+HEAD_TOKENS = 64  # knob: int 8..512 log
+REFRESH_EVERY = 1  # knob: int 1..16
+DEDUPE = True  # knob: choices=[False, True]
+BREAKPOINTS = "system+last"  # knob: choices=["last", "system+last", "masked+last"]
+KEEP_REPLIES = 200  # knob: int 1..200 log
+REPLY_MIN_TOKENS = 0  # knob: int 0..2000 step 50
+REPLY_MODE = "head"  # knob: choices=["stub", "head"]
+KEEP_USED = 0  # knob: int 0..40
+
+
+def seed_plan(view):
+    segs = view["segments"]
+    calls = [s["id"] for s in segs if s["role"] == "assistant" and s["id"] > 0]
+    # The masking is recomputed only every REFRESH_EVERY calls, from the history as it was
+    # then: between two refreshes the prompt only grows, so its prefix stays cached.
+    frozen_call = view["call"] // REFRESH_EVERY * REFRESH_EVERY
+    boundary = calls[frozen_call] if frozen_call < len(calls) else len(segs)
+    older = [s for s in segs[:boundary] if s["role"] == "tool"]
+    masked = {s["id"] for s in older[:max(0, len(older) - KEEP_RECENT)]
+              if s["tokens"] >= MASK_MIN_TOKENS}
+    # The agent's own older replies, beyond the last KEEP_REPLIES, by the same rule.
+    replies = [s for s in segs[:boundary] if s["role"] == "assistant" and s["id"] > 0]
+    old_replies = {s["id"] for s in replies[:max(0, len(replies) - KEEP_REPLIES)]
+                   if s["tokens"] >= REPLY_MIN_TOKENS}
+    # What the last KEEP_USED replies used stays verbatim: what was needed lately is likely
+    # needed again.
+    for s in replies[max(0, len(replies) - KEEP_USED):] if KEEP_USED else ():
+        masked.difference_update(s["uses"])
+        old_replies.difference_update(s["uses"])
+    if DEDUPE:
+        latest = {}
+        for s in older:
+            if s["read"]:
+                latest[s["read"]] = s["id"]
+        masked |= {s["id"] for s in older if s["read"] and latest[s["read"]] != s["id"]}
+    items = []
+    last_masked = 0
+    for s in segs:
+        mode = MASK_MODE if s["id"] in masked else REPLY_MODE if s["id"] in old_replies else ""
+        if mode:
+            last_masked = len(items)
+            items.append([s["id"], "stub"] if mode == "stub" else [s["id"], "head", HEAD_TOKENS])
+        else:
+            items.append([s["id"], "full"])
+    end = len(items) - 1
+    if BREAKPOINTS == "last":
+        bps = [end]
+    elif BREAKPOINTS == "system+last":
+        bps = [0, end]
+    else:
+        bps = [0, last_masked, end]
+    return {"items": items, "breakpoints": sorted(set(bps))}
+
+def plan(view):
+    out = seed_plan(view)
+    marked = [s for s in view["segments"] if "seen" in s]
+    for s in view["segments"]:
+        s.setdefault("seen", view["call"])
+    stale = {s["id"] for s in marked if s["role"] == "tool" and view["call"] - s["seen"] >= 2}
+    if stale:
+        out["items"] = [[it[0], "stub"] if it[0] in stale else it for it in out["items"]]
+    return out
+
+
+# EVOLVE-BLOCK-END
