@@ -8,8 +8,8 @@ BPE tokenizer, bills it under two providers' documented cache rules and checks i
 the information-loss oracle (evaluators/harness/replay.py).
 
 The boundary: trajectories, tokens, oracle labels, prices and the clock stay in this process
-(the engine's). The policy runs in a sandboxed session (evaluators/harness/child.py, on the
-generic function server), in a private folder holding a copy of the editable files only,
+(the engine's). The policy runs in a sandboxed session (evaluators/harness/child.py, its
+own session entry), in a private folder holding a copy of the editable files only,
 and is asked once per call with that call's view (the past segments' metadata and the
 previous plan; each request carries the segments that arrived since the previous call, the
 session keeps the rest); the future is never in its process. Static rules
