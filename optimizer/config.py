@@ -50,6 +50,7 @@ class BudgetConfig:
 class OfflineConfig:
     knob_search_share: float = 0.6
     max_mutations: int = 2
+    knob_nudge_share: float = 0.0  # local moves of the parent's knob values (offline.py)
 
 
 # the names of optimizer/proposers/context.py's policies (that module tests they agree)
@@ -429,6 +430,13 @@ def _proposer(data: Any, file: str) -> ProposerConfig:
             key="proposer.kind",
         )
     offline = build_section(OfflineConfig, data.get("offline", {}), file, "proposer.offline")
+    shares = (("knob_search_share", offline.knob_search_share, 1.0),
+              ("knob_nudge_share", offline.knob_nudge_share, 1.0 - offline.knob_search_share))
+    for name, share, most in shares:
+        if not 0.0 <= float(share) <= most + 1e-12:
+            raise ConfigError(f"must be between 0 and {most:g} (knob_search_share and "
+                              f"knob_nudge_share are shares of the same draws), not {share!r}",
+                              file=file, key=f"proposer.offline.{name}")
     llm = build_section(LLMConfig, data.get("llm", {}), file, "proposer.llm")
     concurrency = _check_type(data.get("concurrency", 1), int, file, "proposer.concurrency")
     try:

@@ -67,6 +67,7 @@ from optimizer.sandbox.loader import load_module
 
 SERVE = "evaluators.harness.child:serve"
 SECOND_OPINION_BATCH = 256  # views a request when the policy is asked again
+SHARED = ("tools",)  # view keys the same for every call of a replay: sent once a session
 _loads = itertools.count()
 
 
@@ -138,12 +139,15 @@ class HarnessEvaluator(Evaluator):
         return [t for t in trajs if held_out(t.task, s.held_out_every) == (which == "held_out")]
 
     def replay(self, which: str) -> Replay:
+        """The workload's replay; every split's views show the tool profile learned from
+        the training runs (evaluators/harness/profile.py)."""
+        tools = None if which == "train" else self.replay("train").tools
         with self._lock:
             if which not in self._replays:
                 trajs = self.trajectories(which)
                 labels = {t.name: label(t) for t in trajs}
                 self._replays[which] = Replay(Tokenized(trajs), labels, self.settings.rules,
-                                              self.settings.window)
+                                              self.settings.window, tools)
             return self._replays[which]
 
     def baselines(self, which: str) -> BaselineReport | None:
@@ -200,9 +204,12 @@ class HarnessEvaluator(Evaluator):
                 raise _Stopped(state, session.error or "the policy's session did not start")
             yield session
 
-    def _asker(self, session: Any, times: list[float], trajectory: str) -> Any:
+    def _asker(self, session: Any, times: list[float], trajectory: str,
+               shared: dict[str, Any]) -> Any:
         """Asks the policy about one trajectory's calls, in order: each request carries the
-        segments that arrived since the previous one (evaluators/harness/child.py)."""
+        segments that arrived since the previous one, and the views' shared part (the tool
+        profile) goes once a session (evaluators/harness/child.py). ``shared``: what this
+        session was sent of it."""
         sent = [0]
 
         def decide(view: dict[str, Any]) -> Any:
@@ -210,9 +217,17 @@ class HarnessEvaluator(Evaluator):
             if len(segments) < sent[0]:
                 raise RuntimeError("a trajectory's calls are asked in order")
             new, sent[0] = segments[sent[0]:], len(segments)
-            rest = {k: v for k, v in view.items() if k != "segments"}
-            reply = session.request({"op": "next", "trajectory": trajectory, "new": new,
-                                     "view": rest}, timeout_s=self.call_timeout_s)
+            # the previous plan is rebuilt in the policy's process from its own answer (the
+            # second opinion, sent the trusted side's, would tell if the two ever differed)
+            rest = {k: v for k, v in view.items()
+                    if k not in ("segments", "previous") and k not in SHARED}
+            request = {"op": "next", "trajectory": trajectory, "new": new, "view": rest}
+            now = {k: view[k] for k in SHARED if k in view}
+            if now != shared:
+                request["shared"] = now
+                shared.clear()
+                shared.update(now)
+            reply = session.request(request, timeout_s=self.call_timeout_s)
             if reply.timed_out:
                 raise _Stopped(CandidateState.TIMEOUT, f"plan() for call {view['call']}: "
                                f"{reply.reason}")
@@ -236,7 +251,8 @@ class HarnessEvaluator(Evaluator):
         times: list[float] = []
         try:
             with self._session(cand_dir, ctx) as session:
-                costs = [replay.trajectory(t, self._asker(session, times, t.name),
+                shared: dict[str, Any] = {}
+                costs = [replay.trajectory(t, self._asker(session, times, t.name, shared),
                                            records.setdefault(t.name, []))
                          for t in replay.tokenized.trajectories]
             bad = self._second_opinion(cand_dir, ctx, replay, records, stage)
@@ -293,7 +309,8 @@ class HarnessEvaluator(Evaluator):
         with self._session(cand_dir, ctx) as session:
             for name in records:
                 reply = session.request({"op": "segments", "trajectory": name,
-                                         "segments": replay.meta[name]},
+                                         "segments": replay.meta[name],
+                                         "shared": {k: getattr(replay, k) for k in SHARED}},
                                         timeout_s=self.call_timeout_s)
                 if not reply.ok:
                     return self._unanswered(reply, stage)
@@ -303,7 +320,8 @@ class HarnessEvaluator(Evaluator):
                 for name, i in chunk:
                     view = records[name][i][0]
                     asks.append([name, len(view["segments"]),
-                                 {k: v for k, v in view.items() if k != "segments"}])
+                                 {k: v for k, v in view.items()
+                                  if k != "segments" and k not in SHARED}])
                 # the first pass held every answer within max_decision_ms (at p99)
                 reply = session.request({"op": "views", "asks": asks},
                                         timeout_s=self.call_timeout_s

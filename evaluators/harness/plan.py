@@ -6,6 +6,9 @@ messages in order, each a *reference* to past content, never text:
 - ``id`` or ``[id, "full"]``: segment ``id`` verbatim;
 - ``[id, "stub"]``: a one-line placeholder naming the segment's tool and size;
 - ``[id, "head", n]``: the segment's first ``n`` tokens (n >= 1) and a note of the cut;
+- ``[id, "calls"]``: an assistant segment's tool calls alone (a text-protocol agent's fenced
+  command blocks), its prose replaced by a note of the cut; ``[id, "calls", n]``: the
+  calls' first ``n`` tokens;
 - ``["summary", a, b]``: one summary of segments ``a..b`` that the trusted side writes
   (extractive: each message's first tokens, tool results reduced to placeholders); the
   first prompt that shows a given summary pays for one summarising call.
@@ -20,14 +23,15 @@ from __future__ import annotations
 
 from typing import Any
 
-MODES = ("full", "stub", "head")
+MODES = ("full", "stub", "head", "calls")
 
 
 class PlanError(ValueError):
     """A plan that breaks the contract (the candidate is INVALID)."""
 
 
-Item = tuple[Any, ...]  # ("full", id) ("stub", id) ("head", id, n) ("summary", a, b)
+Item = tuple[Any, ...]  # ("full", id) ("stub", id) ("head", id, n) ("calls", id[, n])
+#                        ("summary", a, b)
 
 
 def _int(x: Any, what: str) -> int:
@@ -37,12 +41,13 @@ def _int(x: Any, what: str) -> int:
     return x
 
 
-def check(plan: Any, past: int, fresh_from: int, max_breakpoints: int) -> tuple[
-        tuple[Item, ...], tuple[int, ...]]:
+def check(plan: Any, past: int, fresh_from: int, max_breakpoints: int,
+          replies: frozenset[int] | None = None) -> tuple[tuple[Item, ...], tuple[int, ...]]:
     """The plan normalised (items, breakpoints); PlanError says what is wrong.
 
     ``past``: the call sees segments ``0..past-1``; ``fresh_from``: the first segment that
-    arrived since the previous call."""
+    arrived since the previous call; ``replies``: the assistant segments (the only ones with
+    calls to keep), when known."""
     if not isinstance(plan, dict):
         raise PlanError(f"plan() must return a dict with 'items' and 'breakpoints', got "
                         f"{type(plan).__name__}")
@@ -82,6 +87,19 @@ def check(plan: Any, past: int, fresh_from: int, max_breakpoints: int) -> tuple[
                     if n < 1:
                         raise PlanError(f"{where}: a head keeps at least one token")
                     item = ("head", sid, n)
+                elif mode == "calls":
+                    if replies is not None and sid not in replies:
+                        raise PlanError(f"{where}: [id, 'calls'] keeps an assistant message's "
+                                        f"tool calls; segment {sid} is not one")
+                    if len(raw) > 3:
+                        raise PlanError(f"{where}: calls are [id, 'calls'] or [id, 'calls', "
+                                        "n_tokens]")
+                    item = ("calls", sid)
+                    if len(raw) == 3:
+                        n = _int(raw[2], where)
+                        if n < 1:
+                            raise PlanError(f"{where}: a cut keeps at least one token")
+                        item = ("calls", sid, n)
                 else:
                     if len(raw) > 2:
                         raise PlanError(f"{where}: [id, {mode!r}] takes nothing more")
@@ -125,8 +143,8 @@ def as_wire(items: tuple[Item, ...], bps: tuple[int, ...]) -> dict[str, Any]:
     for it in items:
         if it[0] == "summary":
             out.append(["summary", it[1], it[2]])
-        elif it[0] == "head":
-            out.append([it[1], "head", it[2]])
+        elif it[0] in ("head", "calls") and len(it) == 3:
+            out.append([it[1], it[0], it[2]])
         else:
             out.append([it[1], it[0]])
     return {"items": out, "breakpoints": list(bps)}

@@ -21,11 +21,26 @@ from evaluators.harness import tokens as tok
 from evaluators.harness.cache import AnthropicCache, Charge, Message, OpenAICache, Rules
 from evaluators.harness.oracle import Need, missing
 from evaluators.harness.plan import Item, PlanError, as_wire, check
-from evaluators.harness.trajectories import Tokenized, Trajectory
+from evaluators.harness.profile import tool_profile
+from evaluators.harness.trajectories import Segment, Tokenized, Trajectory
 
 PHASES = ("early", "middle", "late")
 SUMMARY_HEAD = 24  # tokens of each user or assistant message a summary keeps
 SUMMARY_ASK = "Summarise the conversation so far for your own later use."
+
+
+def calls_text(seg: Segment, content_tokens: int, keep: int | None = None) -> str:
+    """A reply shown as its tool calls alone (``[id, "calls"]``): a note of the prose cut,
+    then the calls as its text showed them, or their first ``keep`` tokens and a note of
+    that cut (``[id, "calls", keep]``)."""
+    calls = tok.encode(seg.calls)
+    cut = max(0, content_tokens - len(calls))
+    note = f"[reply {seg.id}: {cut} tokens of prose elided]"
+    if not seg.calls:
+        return note
+    if keep is not None and keep < len(calls):
+        return f"{note}\n{tok.decode(calls[:keep])}\n[... {len(calls) - keep} more tokens cut]"
+    return f"{note}\n{seg.calls}"
 
 
 class WindowError(PlanError):
@@ -52,9 +67,16 @@ class Renderer:
         self.traj = traj
         self.tokenized = tokenized
         self.cache: dict[Item, tuple[Message, str]] = {}
+        self.call_sizes: dict[int, int] = {}
 
     def content(self, sid: int) -> list[int]:
         return self.tokenized.tokens(self.traj, sid)
+
+    def call_size(self, sid: int) -> int:
+        """Tokens of a reply's calls (as ``[id, "calls"]`` shows them, without the note)."""
+        if sid not in self.call_sizes:
+            self.call_sizes[sid] = len(tok.encode(self.traj.segments[sid].calls))
+        return self.call_sizes[sid]
 
     def stub_text(self, sid: int) -> str:
         s = self.traj.segments[sid]
@@ -73,6 +95,8 @@ class Renderer:
     def message(self, item: Item) -> tuple[Message, str]:
         if item[0] == "head" and item[2] >= len(self.content(item[1])):
             item = ("full", item[1])
+        elif item[0] == "calls" and len(item) == 3 and item[2] >= self.call_size(item[1]):
+            item = ("calls", item[1])  # the same text, so the same message for the cache
         got = self.cache.get(item)
         if got is not None:
             return got
@@ -87,6 +111,10 @@ class Renderer:
                 text, body = seg.text, self.content(seg.id)
             elif kind == "stub":
                 text = self.stub_text(seg.id)
+                body = tok.encode(text)
+            elif kind == "calls":
+                text = calls_text(seg, len(self.content(seg.id)),
+                                  item[2] if len(item) == 3 else None)
                 body = tok.encode(text)
             else:
                 n = item[2]
@@ -108,7 +136,8 @@ class Replay:
     """Replays trajectories under a policy (``decide(view) -> plan``), billing every call."""
 
     def __init__(self, tokenized: Tokenized, labels: dict[str, dict[int, tuple[Need, ...]]],
-                 rules: dict[str, Rules], window: int):
+                 rules: dict[str, Rules], window: int,
+                 tools: dict[str, dict[str, float]] | None = None):
         self.tokenized = tokenized
         self.labels = labels
         self.rules = rules  # provider name -> its rules (both providers are billed)
@@ -121,17 +150,29 @@ class Replay:
             # that reads its agent's actions knows it)
             uses = {m: sorted({max(n.sources) for n in needs})
                     for m, needs in labels.get(t.name, {}).items()}
-            self.meta[t.name] = [
-                {"id": s.id, "role": s.role, "tool": s.tool, "read": s.read,
-                 "digest": s.digest,
-                 "tokens": len(tokenized.tokens(t, s.id)) + 3 + len(tok.encode(s.role)),
-                 "uses": uses.get(s.id, [])}
-                for s in t.segments]
+            self.meta[t.name] = [self._meta(t, s, uses.get(s.id, [])) for s in t.segments]
+        # what was learned of the agent's tools from the training runs (profile.py); the
+        # training replay's own when none is given
+        self.tools = tools if tools is not None else tool_profile(
+            tokenized.trajectories, labels, self.meta)
+
+    def _meta(self, t: Trajectory, s: Segment, uses: list[int]) -> dict[str, Any]:
+        """What a policy sees of one segment: never its text. A reply also shows its size
+        as ``[id, "calls"]`` would render it (``call_tokens``)."""
+        content = len(self.tokenized.tokens(t, s.id))
+        out: dict[str, Any] = {"id": s.id, "role": s.role, "tool": s.tool, "read": s.read,
+                               "digest": s.digest,
+                               "tokens": content + 3 + len(tok.encode(s.role)), "uses": uses}
+        if s.role == "assistant":
+            out["call_tokens"] = len(tok.encode(calls_text(s, content))) + 3 + len(
+                tok.encode(s.role))
+        return out
 
     def view(self, traj: Trajectory, call: int, m: int, previous: dict[str, Any] | None,
              ) -> dict[str, Any]:
         return {"call": call, "segments": self.meta[traj.name][:m], "previous": previous,
-                "window": self.window, "max_breakpoints": self.max_breakpoints,
+                "tools": self.tools, "window": self.window,
+                "max_breakpoints": self.max_breakpoints,
                 "min_cache_tokens": min(r.min_cache_tokens for r in self.rules.values())}
 
     def trajectory(self, traj: Trajectory, decide: Decide,
@@ -169,6 +210,7 @@ class Replay:
             cost.phase_input[phase] += sum(len(t) for _, t in prompt)
 
         calls = traj.calls
+        replies = frozenset(s.id for s in traj.segments if s.role == "assistant")
         previous: dict[str, Any] | None = None
         prev_m = 0
         labels = self.labels[traj.name]
@@ -179,7 +221,7 @@ class Replay:
             if record is not None:
                 record.append((view, raw))
             try:
-                items, bps = check(raw, m, prev_m, self.max_breakpoints)
+                items, bps = check(raw, m, prev_m, self.max_breakpoints, replies)
             except PlanError as exc:
                 raise PlanError(f"{traj.name}, call {c}: {exc}") from None
             rendered = [render.message(it) for it in items]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from typing import Any
 from evaluators.harness import tokens as tok
 
 TAUBENCH_FILE = "taubench_gpt-4o-airline.json"
+# a text-protocol agent's action in its reply: a fenced block (mini-swe-agent's ```bash)
+_FENCED = re.compile(r"```[^\n`]*\n.*?\n```", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,8 @@ class Segment:
     tool: str = ""  # the tool's name (a tool result, or the first call of an assistant turn)
     read: str = ""  # tool name and arguments digest: equal for two identical reads
     action: str = ""  # an assistant turn: what it does (its text and tool-call arguments)
+    calls: str = ""  # an assistant turn's tool calls alone, as its text shows them
+
 
     @property
     def digest(self) -> str:
@@ -83,7 +88,9 @@ def from_messages(name: str, task: str, messages: list[dict[str, Any]],
                 reads[str(c.get("id", ""))] = _read_key(fname, fargs)
             text = content if calls_in_text else "\n".join(parts)
             action = content if calls_in_text else "\n".join([content, *args_text])
-            segments.append(Segment(i, role, text, first, "", action))
+            own = ("\n".join(_FENCED.findall(content)) if calls_in_text
+                   else "\n".join(parts[1 if content else 0:]))
+            segments.append(Segment(i, role, text, first, "", action, own))
         elif role == "tool":
             segments.append(Segment(i, role, content, str(m.get("name", "")),
                                     reads.get(str(m.get("tool_call_id", "")), "")))

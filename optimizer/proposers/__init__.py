@@ -20,7 +20,8 @@ def make_proposer(config: ExperimentConfig, night: str = "adhoc") -> Proposer:
     kind = config.proposer.kind
     if kind == "offline":
         off = config.proposer.offline
-        return OfflineProposer(config.seed, off.knob_search_share, off.max_mutations)
+        return OfflineProposer(config.seed, off.knob_search_share, off.max_mutations,
+                               off.knob_nudge_share)
     if kind == "llm":
         from optimizer.proposers.llm import LLMProposer
 

@@ -5,6 +5,12 @@ the context's ``rng_seed`` and its ``iteration`` (so a run replays exactly):
 
 * **knob search** (``knob_search_share`` of the draws): hand back the parent's structure,
   or an inspiration's, unchanged; the engine then asks Optuna for its knob values;
+* **knob nudge** (``knob_nudge_share`` of the draws, none by default): the parent's
+  structure with its knob values, 1..3 of them moved a little within their declarations
+  (a choice changed; a number a step or two along its grid, or scaled by 0.5-2). The
+  values are pinned, so this is a local search around the parent (most often the best so
+  far) beside the sampler's global one: where the best values sit at the edge of what is
+  VALID, the sampler learns nothing from the INVALID ones and rarely lands close by;
 * **mutation**: change 1..``max_mutations`` sites inside the EVOLVE-BLOCKs of the parent:
   a numeric literal (x0.5, x2, or +-1 for small ints), a comparison (``<`` <-> ``<=``,
   ``>`` <-> ``>=``, rarely ``==`` <-> ``!=``) or an arithmetic operator (table below).
@@ -308,21 +314,31 @@ class OfflineProposer(Proposer):
 
     name = "offline"
 
-    def __init__(self, seed: int = 0, knob_search_share: float = 0.6, max_mutations: int = 2):
+    def __init__(self, seed: int = 0, knob_search_share: float = 0.6, max_mutations: int = 2,
+                 knob_nudge_share: float = 0.0):
         if not 0.0 <= knob_search_share <= 1.0:
             raise ValueError(f"knob_search_share must be in [0, 1], not {knob_search_share}")
+        if not 0.0 <= knob_nudge_share <= 1.0 - knob_search_share + 1e-12:
+            raise ValueError(f"knob_nudge_share must be in [0, 1 - knob_search_share], not "
+                             f"{knob_nudge_share}")
         if max_mutations < 1:
             raise ValueError(f"max_mutations must be at least 1, not {max_mutations}")
         self.seed = seed
         self.knob_search_share = knob_search_share
+        self.knob_nudge_share = knob_nudge_share
         self.max_mutations = max_mutations
 
     def propose(self, context: ProposalContext) -> Proposal:
         rng = random.Random(f"offline:{self.seed}:{context.rng_seed}:{context.iteration}")
-        want_knobs = rng.random() < self.knob_search_share
-        moves = (self._knob_search, self._mutate)
+        draw = rng.random()
+        want_knobs = draw < self.knob_search_share
+        moves: tuple[Any, ...] = (self._knob_search, self._mutate)
+        if not want_knobs:
+            moves = moves[::-1]
+            if draw < self.knob_search_share + self.knob_nudge_share:
+                moves = (self._nudge, self._knob_search, self._mutate)
         reasons = []
-        for move in moves if want_knobs else moves[::-1]:
+        for move in moves:
             proposal, reason = move(context, rng)
             if proposal is not None:
                 return proposal
@@ -365,6 +381,31 @@ class OfflineProposer(Proposer):
             proposer=self.name, parent_id=entry.id, files=dict(entry.files), summary=summary
         )
         return proposal, ""
+
+    # ----------------------------------------------------------------------- knob nudge
+
+    def _nudge(self, ctx: ProposalContext, rng: random.Random) -> tuple[Proposal | None, str]:
+        try:
+            knobs = dict(declared(ctx.parent.files).knobs)
+        except KnobError as exc:
+            return None, f"the parent's knobs do not parse: {exc}"
+        values = _pinned(knobs, ctx.parent.knobs)
+        movable = [k for k in knobs.values() if k.name in values and _can_move(k)]
+        if not movable:
+            return None, "the parent has no knob values to move"
+        for _attempt in range(8):
+            count = min(len(movable), rng.choices((1, 2, 3), weights=(0.5, 0.35, 0.15))[0])
+            new = dict(values)
+            for knob in rng.sample(movable, count):
+                new[knob.name] = _moved(knob, values[knob.name], rng)
+            changed = [k for k in sorted(new) if new[k] != values[k]]
+            if changed:
+                moves = ", ".join(f"{k} {values[k]!r} -> {new[k]!r}" for k in changed)
+                return Proposal(proposer=self.name, parent_id=ctx.parent.id,
+                                files=dict(ctx.parent.files),
+                                summary=f"knob nudge of {ctx.parent.id}: {moves}",
+                                fixed_knobs=new), ""
+        return None, "no nudge moved a knob"
 
     # ------------------------------------------------------------------------- mutation
 
@@ -426,6 +467,36 @@ class OfflineProposer(Proposer):
             rejected=reason,
         )
         return proposal, reason
+
+
+_SCALES = (0.5, 0.7, 0.85, 1.2, 1.4, 2.0)
+
+
+def _can_move(knob: Knob) -> bool:
+    if knob.kind == "choices":
+        return len(knob.choices or ()) > 1
+    return knob.low is not None and knob.high is not None and knob.high > knob.low
+
+
+def _moved(knob: Knob, value: Any, rng: random.Random) -> Any:
+    """``value`` moved a little within ``knob``'s declaration (and on its grid)."""
+    if knob.kind == "choices":
+        return rng.choice([c for c in knob.choices or () if c != value] or [value])
+    assert knob.low is not None and knob.high is not None
+    lo, hi = knob.low, knob.high
+    step = knob.step or (1 if knob.kind == "int" else None)
+    if rng.random() < 0.5 or value == 0:
+        if step is not None:
+            x = value + rng.choice((-2, -1, 1, 2)) * step
+        else:
+            x = value + rng.gauss(0.0, 0.1 * (hi - lo))
+    else:
+        x = value * rng.choice(_SCALES)
+    x = min(hi, max(lo, x))
+    if step is not None:
+        x = lo + round((x - lo) / step) * step
+        x = min(hi, max(lo, x))
+    return int(round(x)) if knob.kind == "int" else float(x)
 
 
 def _pinned(knobs: Mapping[str, Knob], values: Mapping[str, Any]) -> dict[str, Any]:

@@ -51,6 +51,9 @@ def test_set_overrides_experiment_and_target_keys(toy_repo: Path) -> None:
         ("", ["targets.toy.noise=loud"], "noise"),
         ("", ["targets.toy.objectives=[{metric='cost', direction='up'}]"], "direction"),
         ("", ["budget"], "KEY=VALUE"),
+        ("", ["proposer.offline.knob_search_share=1.2"], "proposer.offline.knob_search_share"),
+        ("", ["proposer.offline.knob_search_share=0.6", "proposer.offline.knob_nudge_share=0.5"],
+         "proposer.offline.knob_nudge_share"),
     ],
 )
 def test_bad_config_is_one_clear_error(

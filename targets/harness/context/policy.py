@@ -5,12 +5,16 @@ recorded agent trajectory. ``view``: ``call`` (this call's index in the trajecto
 ``segments`` (the past only, in order: dicts with ``id``, ``role`` (system, user, assistant,
 tool), ``tool`` (a tool result's tool), ``read`` (tool and arguments digest: equal for two
 identical reads), ``digest`` (of the content), ``tokens`` (its size as a message),
-``uses`` (a past reply: the earlier segments whose values its action used)),
-``previous`` (the plan of the previous call, as it was rendered, or None), ``window``,
-``max_breakpoints``, ``min_cache_tokens``.
+``uses`` (a past reply: the earlier segments whose values its action used),
+``call_tokens`` (a reply: its size shown as its tool calls alone)), ``tools`` (what the
+agent's recorded training runs say of each tool: ``results``, ``tokens`` (mean size),
+``used`` and ``used_late`` (the share of its results a later action used, at all and 4 or
+more calls after they arrived)), ``previous`` (the plan of the previous call, as it was
+rendered, or None), ``window``, ``max_breakpoints``, ``min_cache_tokens``.
 
 Items are references, never text: ``id`` or ``[id, "full"]`` verbatim, ``[id, "stub"]`` a
-one-line placeholder, ``[id, "head", n]`` the first n tokens, ``["summary", a, b]`` one
+one-line placeholder, ``[id, "head", n]`` the first n tokens, ``[id, "calls"]`` a reply's
+tool calls without its prose, ``["summary", a, b]`` one
 summary of segments a..b written by the harness (it costs one summarising call). Item 0 is
 the system segment verbatim; segments that arrived since the previous call are shown in
 full or as a head; ids increase; ``breakpoints`` (at most 4) are item positions that end
@@ -32,6 +36,10 @@ KEEP_REPLIES = 200  # knob: int 1..200 log
 REPLY_MIN_TOKENS = 0  # knob: int 0..2000 step 50
 REPLY_MODE = "head"  # knob: choices=["stub", "head"]
 KEEP_USED = 0  # knob: int 0..40
+KEEP_REVISITED = 0  # knob: int 0..40
+REVISIT_SHARE = 0.2  # knob: float 0.0..0.5
+CALLS_MAX = 0  # knob: int 0..2000 step 10
+CALLS_HEAD = 2000  # knob: int 8..2000 log
 
 
 def plan(view):
@@ -44,6 +52,13 @@ def plan(view):
     older = [s for s in segs[:boundary] if s["role"] == "tool"]
     masked = {s["id"] for s in older[:max(0, len(older) - KEEP_RECENT)]
               if s["tokens"] >= MASK_MIN_TOKENS}
+    # Results of the tools this agent comes back to (in its training runs, REVISIT_SHARE or
+    # more of their results were used 4 or more calls later): the last KEEP_REVISITED stay.
+    if KEEP_REVISITED:
+        tools = view["tools"]
+        back = [s for s in older
+                if tools.get(s["tool"], {}).get("used_late", 0.0) >= REVISIT_SHARE]
+        masked.difference_update(s["id"] for s in back[max(0, len(back) - KEEP_REVISITED):])
     # The agent's own older replies, beyond the last KEEP_REPLIES, by the same rule.
     replies = [s for s in segs[:boundary] if s["role"] == "assistant" and s["id"] > 0]
     old_replies = {s["id"] for s in replies[:max(0, len(replies) - KEEP_REPLIES)]
@@ -63,9 +78,15 @@ def plan(view):
     last_masked = 0
     for s in segs:
         mode = MASK_MODE if s["id"] in masked else REPLY_MODE if s["id"] in old_replies else ""
+        # an old reply whose tool calls alone are small keeps them (their first CALLS_HEAD
+        # tokens), its prose cut
+        if s["id"] in old_replies and s["call_tokens"] <= CALLS_MAX:
+            mode = "calls"
         if mode:
             last_masked = len(items)
-            items.append([s["id"], "stub"] if mode == "stub" else [s["id"], "head", HEAD_TOKENS])
+            items.append([s["id"], "head", HEAD_TOKENS] if mode == "head"
+                         else [s["id"], "calls", CALLS_HEAD] if mode == "calls"
+                         else [s["id"], mode])
         else:
             items.append([s["id"], "full"])
     end = len(items) - 1

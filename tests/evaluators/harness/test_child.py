@@ -46,3 +46,44 @@ def test_the_second_opinion_asks_views_by_reference() -> None:
     with pytest.raises(AttributeError, match="no function plan"):
         PolicyHandler(types.SimpleNamespace()).handle({"op": "next", "trajectory": "t", "new": [],
                                                        "view": {}})
+
+
+def test_the_previous_plan_rebuilt_in_the_session_is_the_trusted_sides() -> None:
+    """The first pass does not send ``previous``: the session rebuilds it from the policy's
+    own last answer, normalised as the trusted side normalises it."""
+    from pathlib import Path
+
+    from evaluators.harness import HarnessEvaluator
+    from optimizer.sandbox.loader import load_module
+    from optimizer.targets import load_target
+
+    root = Path(__file__).resolve().parents[3]
+    target = load_target(root / "targets/harness/context", root,
+                         {"evaluator": {"workload": "synthetic"}})
+    replay = HarnessEvaluator(target).replay("train")
+    seed = load_module(root / "targets/harness/context/policy.py", "seed_policy")
+    knobs = {"KEEP_RECENT": 2, "KEEP_REPLIES": 2, "CALLS_MAX": 2000, "CALLS_HEAD": 16,
+             "BREAKPOINTS": "masked+last", "REFRESH_EVERY": 3}
+    seen: list = []
+
+    def plan(view):
+        seen.append(view["previous"])
+        for k, v in knobs.items():
+            setattr(seed, k, v)
+        return seed.plan(view)
+
+    h = PolicyHandler(types.SimpleNamespace(plan=plan))
+    for t in replay.tokenized.trajectories[:3]:
+        trusted: list = []
+        sent = [0]
+
+        def decide(view, t=t, sent=sent, trusted=trusted):
+            trusted.append(view["previous"])
+            new, sent[0] = view["segments"][sent[0]:], len(view["segments"])
+            rest = {k: v for k, v in view.items() if k not in ("segments", "previous")}
+            return h.handle({"op": "next", "trajectory": t.name, "new": new, "view": rest})
+
+        seen.clear()
+        replay.trajectory(t, decide)
+        assert seen == trusted and any(p and any(i[1] == "calls" for i in p["items"])
+                                       for p in seen)

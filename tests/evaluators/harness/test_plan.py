@@ -37,3 +37,14 @@ def test_bad_plans_say_what_is_wrong(plan: object, words: str) -> None:
 def test_at_most_the_providers_breakpoints() -> None:
     with pytest.raises(PlanError, match="at most 4"):
         check({"items": [0, 1, 2, 3, 4], "breakpoints": [0, 1, 2, 3, 4]}, 5, 4, 4)
+
+
+def test_a_reply_may_be_shown_as_its_calls_alone_and_nothing_else_may() -> None:
+    items, bps = check({"items": [0, [1, "calls"], 2], "breakpoints": [2]}, past=3,
+                       fresh_from=2, max_breakpoints=4, replies=frozenset({1}))
+    assert items == (("full", 0), ("calls", 1), ("full", 2))
+    assert check(as_wire(items, bps), 3, 2, 4, frozenset({1})) == (items, bps)
+    with pytest.raises(PlanError, match="not one"):
+        check({"items": [0, [1, "calls"], 2]}, 3, 2, 4, replies=frozenset({2}))
+    with pytest.raises(PlanError, match="arrived since the previous call"):
+        check({"items": [0, [1, "calls"]]}, 2, 1, 4, replies=frozenset({1}))

@@ -9,7 +9,7 @@ import pytest
 from evaluators.harness import tokens as tok
 from evaluators.harness.cache import Rules
 from evaluators.harness.oracle import label, spans
-from evaluators.harness.replay import Replay, summarise
+from evaluators.harness.replay import Renderer, Replay, summarise
 from evaluators.harness.synthetic import generate
 from evaluators.harness.trajectories import Tokenized, from_messages
 
@@ -107,6 +107,62 @@ def test_a_value_the_agent_wrote_itself_is_charged_when_its_reply_is_stubbed() -
     kept = replay.trajectory(t, lambda v: {"items": [s["id"] for s in v["segments"]]})
     stubbed = replay.trajectory(t, stub_old_replies)
     assert kept.recoveries == 0 and stubbed.recoveries == 1
+
+
+def _coder(thought: str = "THOUGHT: the fix goes in Widget."):
+    return from_messages("t/2", "t", [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix the bug."},
+        {"role": "assistant", "content": "THOUGHT: the helper lives in Widget and Gadget, "
+         + "so I will look closer. " * 60 + "\n\n```bash\nnl -ba src/pkg/widget_util.py\n```",
+         "tool_calls": [{"id": "a", "function": {"name": "bash", "arguments":
+                                                 '{"command": "nl -ba src/pkg/widget_util.py"}'}}]},
+        {"role": "tool", "tool_call_id": "a", "name": "nl", "content": "1 x = 1"},
+        {"role": "assistant", "content": "```bash\nls\n```"},
+        {"role": "user", "content": "setup.py"},
+        {"role": "assistant", "content": thought + "\n```bash\nsed -i s/x/y/ "
+         "src/pkg/widget_util.py\n```"},
+    ], calls_in_text=True)
+
+
+def test_a_reply_shown_as_its_calls_keeps_the_command_and_drops_the_prose() -> None:
+    t = _coder()
+    assert t.segments[2].calls == "```bash\nnl -ba src/pkg/widget_util.py\n```"
+    replay = _replay([t])
+    meta = replay.meta[t.name][2]
+    render = Renderer(t, replay.tokenized)
+    (key, body), text = render.message(("calls", 2))
+    assert text.endswith(t.segments[2].calls) and "look closer" not in text
+    assert "tokens of prose elided" in text
+    assert meta["call_tokens"] == len(body) < meta["tokens"]
+    # the last action needs the path (in the command) and Widget (in the prose only)
+    assert {n.span for n in label(t)[6]} >= {"src/pkg/widget_util.py", "Widget"}
+
+    def calls_of_first_reply(view):
+        n = len(view["segments"])
+        return {"items": [[s["id"], "calls"] if s["id"] == 2 and n > 4 else s["id"]
+                          for s in view["segments"]]}
+
+    def stub_first_reply(view):
+        n = len(view["segments"])
+        return {"items": [[s["id"], "stub"] if s["id"] == 2 and n > 4 else s["id"]
+                          for s in view["segments"]]}
+
+    def costs(t):
+        r = _replay([t])
+        return [r.trajectory(t, p) for p in (
+            lambda v: {"items": [s["id"] for s in v["segments"]]}, calls_of_first_reply,
+            stub_first_reply)]
+
+    kept, calls, stubbed = costs(t)
+    assert (kept.recoveries, calls.recoveries, stubbed.recoveries) == (0, 1, 1)  # Widget
+    kept, calls, stubbed = costs(_coder("THOUGHT: now the edit."))  # only the path needed
+    assert (kept.recoveries, calls.recoveries, stubbed.recoveries) == (0, 0, 1)
+    assert calls.prompt_tokens[-1] < kept.prompt_tokens[-1]
+    # a function-calling agent's reply: its calls as the text shows them
+    fc = _traj()
+    assert fc.segments[2].calls == 'call get_user({"user_id": "mia_li_3668"})'
+    assert fc.segments[4].calls == ""
 
 
 def test_a_summary_is_billed_once_and_counted_as_a_compaction() -> None:

@@ -204,7 +204,51 @@ def test_fallbacks_and_rejections():
         assert "EVOLVE-BLOCK-START without END" in proposal.rejected
 
 
+def test_a_nudge_moves_a_few_of_the_parents_knob_values_within_their_declarations():
+    parent = entry({"program.py": PROGRAM}, {"BLOCK": 8, "WEIGHT": 1.0}, id="c0007")
+    proposer = OfflineProposer(seed=3, knob_search_share=0.0, knob_nudge_share=1.0)
+    seen = set()
+    for i in range(60):
+        proposal = proposer.propose(context(parent, iteration=i))
+        assert proposal.summary.startswith("knob nudge of c0007: ")
+        assert proposal.files == parent.files and proposal.parent_id == "c0007"
+        values = proposal.fixed_knobs
+        assert set(values) == {"BLOCK", "WEIGHT"} and values != parent.knobs
+        assert isinstance(values["BLOCK"], int) and 1 <= values["BLOCK"] <= 64
+        assert isinstance(values["WEIGHT"], float) and 0.0 <= values["WEIGHT"] <= 4.0
+        seen.add(values["BLOCK"])
+        if values["BLOCK"] != 8:
+            assert f"BLOCK 8 -> {values['BLOCK']}" in proposal.summary
+    assert len(seen) >= 4 and max(seen) <= 16 and min(seen) >= 4  # near 8: a local move
+
+
+def test_a_nudge_keeps_a_knobs_grid_and_changes_a_choice():
+    src = ('# EVOLVE-BLOCK-START\nN = 300  # knob: int 0..2000 step 50\n'
+           'MODE = "a"  # knob: choices=["a", "b", "c"]\n# EVOLVE-BLOCK-END\n')
+    parent = entry({"p.py": src}, {"N": 300, "MODE": "a"})
+    proposer = OfflineProposer(knob_search_share=0.0, knob_nudge_share=1.0)
+    modes = set()
+    for i in range(40):
+        values = proposer.propose(context(parent, iteration=i)).fixed_knobs
+        assert values["N"] % 50 == 0 and 0 <= values["N"] <= 2000
+        modes.add(values["MODE"])
+    assert modes == {"a", "b", "c"}
+    # nothing to nudge (no knob values): the knob search is asked instead
+    proposal = proposer.propose(context(entry({"p.py": src})))
+    assert proposal.summary.startswith("knob search")
+
+
+def test_no_nudge_by_default_and_the_draws_are_unchanged():
+    parent = entry({"program.py": PROGRAM}, {"BLOCK": 8, "WEIGHT": 1.0})
+    for i in range(30):
+        a = OfflineProposer(seed=1).propose(context(parent, iteration=i))
+        b = OfflineProposer(seed=1, knob_nudge_share=0.0).propose(context(parent, iteration=i))
+        assert a == b and not a.summary.startswith("knob nudge")
+
+
 def test_constructor_checks_its_arguments():
+    with pytest.raises(ValueError, match="knob_nudge_share"):
+        OfflineProposer(knob_search_share=0.6, knob_nudge_share=0.5)
     with pytest.raises(ValueError, match="knob_search_share"):
         OfflineProposer(knob_search_share=1.5)
     with pytest.raises(ValueError, match="max_mutations"):

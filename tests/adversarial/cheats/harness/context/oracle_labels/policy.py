@@ -5,12 +5,16 @@ recorded agent trajectory. ``view``: ``call`` (this call's index in the trajecto
 ``segments`` (the past only, in order: dicts with ``id``, ``role`` (system, user, assistant,
 tool), ``tool`` (a tool result's tool), ``read`` (tool and arguments digest: equal for two
 identical reads), ``digest`` (of the content), ``tokens`` (its size as a message),
-``uses`` (a past reply: the earlier segments whose values its action used)),
-``previous`` (the plan of the previous call, as it was rendered, or None), ``window``,
-``max_breakpoints``, ``min_cache_tokens``.
+``uses`` (a past reply: the earlier segments whose values its action used),
+``call_tokens`` (a reply: its size shown as its tool calls alone)), ``tools`` (what the
+agent's recorded training runs say of each tool: ``results``, ``tokens`` (mean size),
+``used`` and ``used_late`` (the share of its results a later action used, at all and 4 or
+more calls after they arrived)), ``previous`` (the plan of the previous call, as it was
+rendered, or None), ``window``, ``max_breakpoints``, ``min_cache_tokens``.
 
 Items are references, never text: ``id`` or ``[id, "full"]`` verbatim, ``[id, "stub"]`` a
-one-line placeholder, ``[id, "head", n]`` the first n tokens, ``["summary", a, b]`` one
+one-line placeholder, ``[id, "head", n]`` the first n tokens, ``[id, "calls"]`` a reply's
+tool calls without its prose, ``["summary", a, b]`` one
 summary of segments a..b written by the harness (it costs one summarising call). Item 0 is
 the system segment verbatim; segments that arrived since the previous call are shown in
 full or as a head; ids increase; ``breakpoints`` (at most 4) are item positions that end

@@ -1,0 +1,50 @@
+"""Context policy of an agent harness: what each LLM call's prompt shows of the history.
+
+``plan(view) -> {"items": [...], "breakpoints": [...]}`` is called once per LLM call of a
+recorded agent trajectory. ``view``: ``call`` (this call's index in the trajectory),
+``segments`` (the past only, in order: dicts with ``id``, ``role`` (system, user, assistant,
+tool), ``tool`` (a tool result's tool), ``read`` (tool and arguments digest: equal for two
+identical reads), ``digest`` (of the content), ``tokens`` (its size as a message),
+``uses`` (a past reply: the earlier segments whose values its action used),
+``call_tokens`` (a reply: its size shown as its tool calls alone)), ``tools`` (what the
+agent's recorded training runs say of each tool: ``results``, ``tokens`` (mean size),
+``used`` and ``used_late`` (the share of its results a later action used, at all and 4 or
+more calls after they arrived)), ``previous`` (the plan of the previous call, as it was
+rendered, or None), ``window``, ``max_breakpoints``, ``min_cache_tokens``.
+
+Items are references, never text: ``id`` or ``[id, "full"]`` verbatim, ``[id, "stub"]`` a
+one-line placeholder, ``[id, "head", n]`` the first n tokens, ``[id, "calls"]`` a reply's
+tool calls without its prose, ``["summary", a, b]`` one
+summary of segments a..b written by the harness (it costs one summarising call). Item 0 is
+the system segment verbatim; segments that arrived since the previous call are shown in
+full or as a head; ids increase; ``breakpoints`` (at most 4) are item positions that end
+an explicit cache prefix. The harness renders the prompt, bills it under the provider's
+cache rules (a changed prefix is re-billed from the first change on) and charges a
+recovery (a re-read and one more call) wherever the prompt lacks a value a later action
+uses. Deterministic, a function of ``view`` alone, within a few milliseconds.
+"""
+
+# EVOLVE-BLOCK-START
+"""Cheat: calls_of_a_tool_result. Class: judge (a render mode where it does not apply).
+
+Attack: ``[id, "calls"]`` shows a reply's tool calls without its prose. The policy asks
+for it on every old tool result too, hoping the harness renders a result's "calls" as the
+short note alone (a tool result has no calls), which would be cheaper than a stub and, if
+the harness then counted the segment as shown, would hide every value it carried from the
+oracle.
+How it wins today: a harness that renders any segment's calls without checking its role.
+Why a sound evaluator must not credit it: only an assistant message has tool calls; the
+plan names a mode its segment does not have, which is a broken contract.
+Sound verdict: not VALID.
+"""
+
+
+def plan(view):
+    segs = view["segments"]
+    fresh = {s["id"] for s in segs[-2:]}
+    items = [[s["id"], "calls"] if s["role"] == "tool" and s["id"] not in fresh
+             else [s["id"], "full"] for s in segs]
+    return {"items": items, "breakpoints": [0, len(items) - 1]}
+
+
+# EVOLVE-BLOCK-END
