@@ -25,20 +25,20 @@ uses. Deterministic, a function of ``view`` alone, within a few milliseconds.
 """
 
 # EVOLVE-BLOCK-START
-KEEP_RECENT = 40  # knob: int 1..40
+KEEP_RECENT = 40  # knob: int 1..40 log
 MASK_MIN_TOKENS = 0  # knob: int 0..2000 step 50
-MASK_MODE = "stub"  # knob: choices=["stub", "head"]
-HEAD_TOKENS = 64  # knob: int 8..512 log
+MASK_MODE = "stub"  # or "head": HEAD_TOKENS of each masked result
+HEAD_TOKENS = 64
 REFRESH_EVERY = 1  # knob: int 1..16
-DEDUPE = True  # knob: choices=[False, True]
-BREAKPOINTS = "system+last"  # knob: choices=["last", "system+last", "masked+last"]
+DEDUPE = True  # a result whose identical read came later is masked
+BREAKPOINTS = "system+last"  # or "last", "masked+last" (breakpoint caching only)
 KEEP_REPLIES = 200  # knob: int 1..200 log
-REPLY_MIN_TOKENS = 0  # knob: int 0..2000 step 50
-REPLY_MODE = "head"  # knob: choices=["stub", "head"]
+REPLY_MIN_TOKENS = 0
+REPLY_MODE = "head"  # or "stub"
 KEEP_USED = 0  # knob: int 0..40
 KEEP_REVISITED = 0  # knob: int 0..40
 REVISIT_SHARE = 0.2  # knob: float 0.0..0.5
-CALLS_MAX = 0  # knob: int 0..2000 step 10
+CALLS_MAX = 0  # knob: int 0..2000 step 50
 CALLS_HEAD = 2000  # knob: int 8..2000 log
 
 
