@@ -191,6 +191,10 @@ def decode(tree: Any, blob: Any, shm: Any = None, copy_shm: bool = False) -> Any
     if isinstance(tree, list):
         if all(type(v) is not list and type(v) is not dict for v in tree):
             return tree
+        # rows of scalars (a plan's items), as the encoder sends them: no call per row
+        if all(type(v) is list and all(type(x) is not list and type(x) is not dict for x in v)
+               for v in tree):
+            return tree
         return [decode(v, blob, shm, copy_shm) for v in tree]
     if not isinstance(tree, dict):
         return tree

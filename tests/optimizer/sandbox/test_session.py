@@ -261,7 +261,8 @@ def test_records_of_plain_values_cross_whole_and_the_odd_ones_still_checked() ->
 
     for value in (record, [record, dict(record, id=4)], {"l": [1, float("inf")], "t": (1,)},
                   collections.OrderedDict(a=1), [[1, "stub"], [2, "head", 64]],
-                  [record, {"a": {"b": (1,)}}], [[1, 2], [3, [4]]]):
+                  [record, {"a": {"b": (1,)}}], [[1, 2], [3, [4]]],
+                  [[1, "stub"], [2, float("inf")]], [[1, (2, 3)], [4]], [[1], {"a": 2}]):
         assert cross(value) == value
     back = cross({"f": float("nan"), "g": 1.5})
     assert math.isnan(back["f"]) and back["g"] == 1.5
