@@ -62,52 +62,7 @@ def check(plan: Any, past: int, fresh_from: int, max_breakpoints: int,
     last = -1
     for pos, raw in enumerate(raw_items):
         where = f"item {pos}"
-        item: Item
-        if isinstance(raw, (list, tuple)):
-            if not raw:
-                raise PlanError(f"{where}: empty reference")
-            if raw[0] == "summary":
-                if len(raw) != 3:
-                    raise PlanError(f"{where}: a summary is ['summary', first, last]")
-                a, b = _int(raw[1], where), _int(raw[2], where)
-                if not a <= b:
-                    raise PlanError(f"{where}: summary range {a}..{b} is empty")
-                ids, item = (a, b), ("summary", a, b)
-            else:
-                sid = _int(raw[0], where)
-                mode = raw[1] if len(raw) > 1 else "full"
-                if not isinstance(mode, str) or mode not in MODES:
-                    raise PlanError(f"{where}: mode must be one of {', '.join(MODES)}, got "
-                                    f"{str(mode)[:60]!r} (a plan returns references, never "
-                                    "text)")
-                if mode == "head":
-                    if len(raw) != 3:
-                        raise PlanError(f"{where}: a head is [id, 'head', n_tokens]")
-                    n = _int(raw[2], where)
-                    if n < 1:
-                        raise PlanError(f"{where}: a head keeps at least one token")
-                    item = ("head", sid, n)
-                elif mode == "calls":
-                    if replies is not None and sid not in replies:
-                        raise PlanError(f"{where}: [id, 'calls'] keeps an assistant message's "
-                                        f"tool calls; segment {sid} is not one")
-                    if len(raw) > 3:
-                        raise PlanError(f"{where}: calls are [id, 'calls'] or [id, 'calls', "
-                                        "n_tokens]")
-                    item = ("calls", sid)
-                    if len(raw) == 3:
-                        n = _int(raw[2], where)
-                        if n < 1:
-                            raise PlanError(f"{where}: a cut keeps at least one token")
-                        item = ("calls", sid, n)
-                else:
-                    if len(raw) > 2:
-                        raise PlanError(f"{where}: [id, {mode!r}] takes nothing more")
-                    item = (mode, sid)
-                ids = (sid, sid)
-        else:
-            sid = _int(raw, where)
-            ids, item = (sid, sid), ("full", sid)
+        ids, item = _item(raw, where, replies)
         for sid in ids:
             if sid >= past:
                 raise PlanError(f"{where}: segment {sid} is not in the past (this call sees "
@@ -126,15 +81,72 @@ def check(plan: Any, past: int, fresh_from: int, max_breakpoints: int,
     if lost:
         raise PlanError(f"segment {lost[0]} arrived since the previous call and is not shown "
                         "(new segments are shown in full or as a head)")
-    raw_bp = plan.get("breakpoints", [])
+    return tuple(items), _breakpoints(plan.get("breakpoints", []), max_breakpoints,
+                                      len(items))
+
+
+def _item(raw: Any, where: str, replies: frozenset[int] | None
+          ) -> tuple[tuple[int, int], Item]:
+    """One item of a plan normalised: the segments it spans (first, last) and the item."""
+    item: Item
+    if isinstance(raw, (list, tuple)):
+        if not raw:
+            raise PlanError(f"{where}: empty reference")
+        if raw[0] == "summary":
+            if len(raw) != 3:
+                raise PlanError(f"{where}: a summary is ['summary', first, last]")
+            a, b = _int(raw[1], where), _int(raw[2], where)
+            if not a <= b:
+                raise PlanError(f"{where}: summary range {a}..{b} is empty")
+            ids, item = (a, b), ("summary", a, b)
+        else:
+            sid = _int(raw[0], where)
+            mode = raw[1] if len(raw) > 1 else "full"
+            if not isinstance(mode, str) or mode not in MODES:
+                raise PlanError(f"{where}: mode must be one of {', '.join(MODES)}, got "
+                                f"{str(mode)[:60]!r} (a plan returns references, never "
+                                "text)")
+            if mode == "head":
+                if len(raw) != 3:
+                    raise PlanError(f"{where}: a head is [id, 'head', n_tokens]")
+                n = _int(raw[2], where)
+                if n < 1:
+                    raise PlanError(f"{where}: a head keeps at least one token")
+                item = ("head", sid, n)
+            elif mode == "calls":
+                if replies is not None and sid not in replies:
+                    raise PlanError(f"{where}: [id, 'calls'] keeps an assistant message's "
+                                    f"tool calls; segment {sid} is not one")
+                if len(raw) > 3:
+                    raise PlanError(f"{where}: calls are [id, 'calls'] or [id, 'calls', "
+                                    "n_tokens]")
+                item = ("calls", sid)
+                if len(raw) == 3:
+                    n = _int(raw[2], where)
+                    if n < 1:
+                        raise PlanError(f"{where}: a cut keeps at least one token")
+                    item = ("calls", sid, n)
+            else:
+                if len(raw) > 2:
+                    raise PlanError(f"{where}: [id, {mode!r}] takes nothing more")
+                item = (mode, sid)
+            ids = (sid, sid)
+    else:
+        sid = _int(raw, where)
+        ids, item = (sid, sid), ("full", sid)
+    return ids, item
+
+
+def _breakpoints(raw_bp: Any, max_breakpoints: int, n_items: int) -> tuple[int, ...]:
+    """A plan's cache breakpoints normalised: sorted item positions, each once."""
     if not isinstance(raw_bp, (list, tuple)):
         raise PlanError("plan['breakpoints'] must be a list of item positions")
     bps = sorted({_int(b, "a breakpoint") for b in raw_bp})
     if len(bps) > max_breakpoints:
         raise PlanError(f"{len(bps)} cache breakpoints; at most {max_breakpoints}")
-    if bps and not (0 <= bps[0] and bps[-1] < len(items)):
-        raise PlanError(f"breakpoints {bps} must be item positions 0..{len(items) - 1}")
-    return tuple(items), tuple(bps)
+    if bps and not (0 <= bps[0] and bps[-1] < n_items):
+        raise PlanError(f"breakpoints {bps} must be item positions 0..{n_items - 1}")
+    return tuple(bps)
 
 
 def as_wire(items: tuple[Item, ...], bps: tuple[int, ...]) -> dict[str, Any]:
