@@ -54,7 +54,7 @@ from typing import Any, TypeVar
 
 from evaluators.routing.fleet import Fleet, build_fleet
 from evaluators.routing.metrics import Slo
-from evaluators.routing.profiles import generate, load_profile
+from evaluators.routing.profiles import PARENTS, generate, load_profile
 from evaluators.routing.sim import SimConfig
 from evaluators.routing.workload import SyntheticSpec, Workload, load_trace, synthetic
 from optimizer.errors import ConfigError
@@ -71,7 +71,7 @@ DEFAULT_BASELINES = {"router": "targets/routing/baselines",
 
 
 _TRACE_KEYS = {"kind", "path", "start_s", "end_s", "rate_scale", "regions"}
-_PROFILE_KEYS = {"kind", "profile", "seed", "duration_s", "rate_scale", "regions"}
+_PROFILE_KEYS = {"kind", "profile", "seed", "duration_s", "rate_scale", "regions", "parents"}
 _SWEEP_KEYS = {"name", "rate_scales", "pools", "optional"}
 _FLEET_SEARCH_KEYS = {"metric", "max"}
 
@@ -114,6 +114,9 @@ def _check_workload(raw: Any, key: str) -> None:
         _unknown(raw, _TRACE_KEYS, key)
     elif kind == "profile":
         _unknown(raw, _PROFILE_KEYS, key)
+        if raw.get("parents", "latest") not in PARENTS:
+            raise SettingsError(f"must be one of {', '.join(PARENTS)}, not "
+                                f"{raw.get('parents')!r}", f"{key}.parents")
     elif kind == "synthetic":
         _unknown(raw, {f.name for f in fields(SyntheticSpec)}
                  | {"kind", "seed", "regions", "rate_scale"}, key)
@@ -203,7 +206,7 @@ def build_workload(raw: Mapping[str, Any]) -> Workload:
     elif kind == "profile":
         profile = load_profile(str(raw.pop("profile", "")))
         w = generate(profile, int(raw.pop("seed", 0)), float(raw.pop("duration_s", 600.0)),
-                     float(raw.pop("rate_scale", 1.0)))
+                     float(raw.pop("rate_scale", 1.0)), parents=str(raw.pop("parents", "latest")))
         if raw:
             raise ValueError(f"workload: unknown profile key(s) {sorted(raw)}")
     elif kind == "trace":

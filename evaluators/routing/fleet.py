@@ -50,6 +50,8 @@ class ReplicaSpec:
     chunk: int | None = None  # prefill tokens per step of one request
     kv_pad: int = 0  # KV tokens lost per running sequence to its last, partial block
     group: int = -1  # deployment class: a prefill replica hands its KV within its class
+    host_kv_tokens: int = 0  # KV tokens of prefix cache in a tier below HBM (host memory)
+    host_s_per_token: float = 0.0  # time to bring one token's KV up from that tier
 
     @property
     def accelerator(self) -> str:

@@ -79,12 +79,26 @@ def _draw(rng: np.random.Generator, q: tuple[float, ...], n: int) -> np.ndarray:
     return np.interp(rng.random(n), QUANTILES, q)
 
 
+PARENTS = ("latest", "covering")
+SEARCH_BACK = 256  # earlier requests a "covering" follow-up looks through for its parent
+
+
 def generate(profile: TraceProfile, seed: int, duration_s: float, rate_scale: float = 1.0,
-             name: str | None = None) -> Workload:
+             name: str | None = None, parents: str = "latest") -> Workload:
     """A workload of ``profile``'s figures: ``duration_s`` seconds at ``rate_scale`` times
-    its rate; the same seed gives the same requests."""
+    its rate; the same seed gives the same requests.
+
+    ``parents``: which earlier prompt a follow-up continues. ``"latest"``: the latest
+    request at least the drawn gap ago, its share of the follow-up cut to that prompt's
+    length (prompt lengths are drawn independently, so a short parent covers less than the
+    drawn share). ``"covering"``: the latest such request whose prompt is long enough for
+    the drawn share (looking back through at most 256 requests), so the shares follow the
+    measured quantiles; on the Mooncake profile its prefix reuse matches the trace's at
+    every cache size (docs/deploy.md), where ``"latest"`` reaches about half of it."""
     if rate_scale <= 0 or duration_s <= 0:
         raise ValueError("duration_s and rate_scale must be positive")
+    if parents not in PARENTS:
+        raise ValueError(f"parents must be one of {PARENTS}, not {parents!r}")
     rng = np.random.default_rng(seed)
     rate = profile.rate_rps * rate_scale
     shape = 1.0 / max(profile.burst_cv, 1e-3) ** 2
@@ -112,9 +126,12 @@ def generate(profile: TraceProfile, seed: int, duration_s: float, rate_scale: fl
         if follow[i] and i > 0:
             # the latest request at least the drawn gap ago (the first one early in a run)
             j = max(0, bisect.bisect_right(times, times[i] - gaps[i], 0, i) - 1)
+            want = max(profile.shared_blocks + 1, int(round(fracs[i] * full)))
+            if parents == "covering":
+                j = next((c for c in range(j, max(-1, j - SEARCH_BACK), -1)
+                          if len(blocks[c]) >= want), j)
             if len(blocks[j]) > profile.shared_blocks:
-                k = min(len(blocks[j]), max(profile.shared_blocks + 1,
-                                            int(round(fracs[i] * full))))
+                k = min(len(blocks[j]), want)
                 if k > len(prefix):
                     prefix, sid = blocks[j][:k], session[j]
                     full = max(full, k)

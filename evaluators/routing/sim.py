@@ -17,7 +17,11 @@ of the queue and later re-prefills its prompt and the tokens it had generated.
 Prefix cache: an LRU of block hashes per replica, as large as the KV cache in blocks. A
 request's cached prefix is looked up when it enters prefill and its blocks are inserted
 when its prefill finishes. (Blocks held by running sequences are not subtracted from the
-cache's room: hits are slightly optimistic when KV is nearly full.)
+cache's room: hits are slightly optimistic when KV is nearly full.) A replica may have a
+KV tier below HBM (host memory: ``ReplicaSpec.host_kv_tokens``): blocks the HBM cache drops
+go there (an LRU of its own), a lookup goes on there after the HBM blocks run out, and a
+hit there is brought up at admission, the replica's steps waiting for the transfer
+(``host_s_per_token``; no overlap of the load with compute is assumed).
 
 The policy is ``route(request, view) -> int``: it sees a :class:`RequestInfo` (no output
 length: a real router does not know it) and a :class:`View` of every replica *now*.
@@ -76,7 +80,8 @@ class _Replica:
                  "waiting", "wait_tokens", "head", "reserved", "pf_left", "pf_ctx", "cache",
                  "busy", "prefill_tokens", "decode_tokens", "preemptions", "max_queue_seen",
                  "index", "hands_off", "link_s_per_token", "link_free", "chunk", "accelerator",
-                 "budget", "max_seqs", "kv_pad", "group")
+                 "budget", "max_seqs", "kv_pad", "group", "host", "host_cap", "host_s_per_block",
+                 "host_hit_tokens")
 
     def __init__(self, spec: ReplicaSpec, cfg: SimConfig, block_tokens: int):
         step = self.m = spec.step  # hardware.StepModel or deploy/instance.py's InstanceStep
@@ -108,11 +113,52 @@ class _Replica:
         self.pf_left = 0.0
         self.pf_ctx = 0.0
         self.cache: OrderedDict[int, None] = OrderedDict()
+        self.host: OrderedDict[int, None] = OrderedDict()  # the tier below HBM, if any
+        self.host_cap = spec.host_kv_tokens // block_tokens
+        self.host_s_per_block = spec.host_s_per_token * block_tokens
+        self.host_hit_tokens = 0
         self.busy = 0.0
         self.prefill_tokens = 0.0
         self.decode_tokens = 0.0
         self.preemptions = 0
         self.max_queue_seen = 0
+
+
+def _cached_blocks(rp: _Replica, blocks: tuple[int, ...]) -> tuple[int, int]:
+    """Leading blocks of ``blocks`` in the replica's HBM prefix cache, then how many more
+    follow in its host tier."""
+    cache, n = rp.cache, 0
+    for h in blocks:
+        if h not in cache:
+            break
+        n += 1
+    if not rp.host_cap:
+        return n, 0
+    host, m = rp.host, 0
+    for h in blocks[n:]:
+        if h not in host:
+            break
+        m += 1
+    return n, m
+
+
+def _remember(rp: _Replica, blocks: tuple[int, ...]) -> None:
+    """A prefilled prompt's blocks enter the HBM cache (most recent last); what it drops
+    goes to the host tier, whose own least recent blocks go."""
+    cache = rp.cache
+    for h in blocks:
+        if h in cache:
+            cache.move_to_end(h)
+        else:
+            cache[h] = None
+    host, room = rp.host, rp.host_cap
+    while len(cache) > rp.cache_cap:
+        h = cache.popitem(last=False)[0]
+        if room:
+            host[h] = None
+            host.move_to_end(h)
+    while len(host) > room:
+        host.popitem(last=False)
 
 
 @dataclass
@@ -136,6 +182,7 @@ class SimResult:
     end_s: float
     decision_s: list[float]  # policy wall time per decision (only when timed)
     transfer_s: list[float] | None = None  # KV hand-off time per request (disaggregated)
+    host_hit_tokens: list[int] | None = None  # prompt tokens brought up from the host tier
 
 
 def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, View], int],
@@ -217,13 +264,7 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
             w = Waiting()
             w.id, w.arrival, w.prompt_tokens = rid, arrival[rid], prompt[rid]
             w.context_tokens = prompt[rid] + gen[rid]
-            c = 0
-            if use_cache and not kv_ready[rid]:
-                cache = rp.cache
-                for h in blocks[rid]:
-                    if h not in cache:
-                        break
-                    c += bt
+            c = sum(_cached_blocks(rp, blocks[rid])) * bt if use_cache and not kv_ready[rid] else 0
             w.cached_tokens = min(c, prompt[rid])
             w.preempted, w.waited_s = preempted[rid], rp.clock - arrival[rid]
             window.append(w)
@@ -288,14 +329,7 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
                     first[head] = rp.clock
                     gen[head] = 1
                 if use_cache:
-                    cache = rp.cache
-                    for h in blocks[head]:
-                        if h in cache:
-                            cache.move_to_end(h)
-                        else:
-                            cache[h] = None
-                    while len(cache) > rp.cache_cap:
-                        cache.popitem(last=False)
+                    _remember(rp, blocks[head])
                 left = output[head] - gen[head]
                 if left <= 0:
                     finish[head] = rp.clock
@@ -352,12 +386,13 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
                     else:
                         rp.wait_tokens -= prompt[rid]
                     if use_cache and not kv_ready[rid]:
-                        cache = rp.cache
-                        for h in blocks[rid]:
-                            if h not in cache:
-                                break
-                            hit += bt
-                        hit = min(hit, need - 1)
+                        n_hbm, n_host = _cached_blocks(rp, blocks[rid])
+                        hit = min((n_hbm + n_host) * bt, need - 1)
+                        if n_host and hit > n_hbm * bt:  # steps wait for the host's blocks
+                            up = hit - n_hbm * bt
+                            rp.host_hit_tokens += up
+                            rp.clock += up * rp.host_s_per_block / bt
+                            rp.busy += up * rp.host_s_per_block / bt
                     if cached[rid] < 0:
                         cached[rid] = min(hit, prompt[rid] - 1)
                     rp.head = head = rid
@@ -473,16 +508,7 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
         views.outstanding = [q + b for q, b in zip(views.queue, views.running, strict=True)]
         views.kv_used = [(rp.kv_const + rp.B * rp.S + rp.reserved) / rp.cap for rp in reps]
         blk = blocks[i]
-        pb = []
-        for rp in reps:
-            cache = rp.cache
-            c = 0
-            for h in blk:
-                if h not in cache:
-                    break
-                c += 1
-            pb.append(c)
-        views.prefix_blocks = pb
+        views.prefix_blocks = [sum(_cached_blocks(rp, blk)) for rp in reps]
         req = RequestInfo(i, t, prompt[i], blk, workload.session[i], reg)
         if time_policy:
             t0 = perf()
@@ -535,6 +561,7 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
         decode_tokens=[rp.decode_tokens for rp in reps],
         max_queue=[rp.max_queue_seen for rp in reps], queue_area=queue_area, end_s=end_s,
         decision_s=timings, transfer_s=transfer if disagg else None,
+        host_hit_tokens=[rp.host_hit_tokens for rp in reps],
     )
 
 

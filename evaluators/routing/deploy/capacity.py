@@ -96,6 +96,9 @@ def deploy_metrics(res: SimResult, gpus: int) -> dict[str, float]:
     span = max(res.end_s - (w.arrival[0] if len(w) else 0.0), 1e-9)
     m["gpu_hours_per_mtok"] = gpus * span / 3600.0 / max(tokens / 1e6, 1e-12)
     m["tbt_p99_s"] = m["tpot_p99_s"]
+    # prefix hits by tier: prefix_hit_ratio counts both, host_hit_ratio the host's part
+    prompt = float(np.asarray(w.prompt)[served].sum())
+    m["host_hit_ratio"] = sum(res.host_hit_tokens or ()) / max(prompt, 1.0)
     return m
 
 

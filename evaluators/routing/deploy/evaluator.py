@@ -46,7 +46,7 @@ from optimizer.records import CandidateState, EvalResult
 ENTRY = "evaluators.routing.child:serve_policy"
 PLAN_TIMEOUT_S = 10.0
 METRICS = ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tbt_p99_s", "drops", "preemptions",
-           "gpu_hours_per_mtok")
+           "gpu_hours_per_mtok", "prefix_hit_ratio", "host_hit_ratio")
 
 
 class DeployEvaluator(Evaluator):

@@ -19,6 +19,8 @@ def serve_flags(pool: Pool, limits: Limits) -> str:
     if pool.chunk < pool.max_num_batched_tokens:
         # prefill tokens of one request per step below the step's budget
         flags.append(f"--long-prefill-token-threshold {pool.chunk}")
+    if pool.kv_host_gib:  # the prefix cache's tier in host memory (GiB, all ranks together)
+        flags.append(f"--kv-offloading-backend native --kv-offloading-size {pool.kv_host_gib}")
     return " ".join(flags)
 
 
@@ -27,7 +29,10 @@ def plan_markdown(plan: Plan, limits: Limits) -> str:
     lines = [f"Plan: {len(plan.classes)} class(es), {plan.gpus} of {limits.gpu_budget} GPUs "
              f"budgeted, model shape {limits.model.name}.", "",
              "Router: send a request to the class of its prompt length (tokens), and there "
-             "to the instance with the fewest outstanding requests:", ""]
+             "to the instance with the fewest outstanding requests"
+             + (f" less {plan.prefix_weight:g} for each leading block of the prompt the "
+                "instance has cached (a KV-cache-aware router fed by the engines' KV events)"
+                if plan.prefix_weight else "") + ":", ""]
     order = sorted(plan.classes, key=lambda c: c.low)
     for k, c in enumerate(order):
         top = " and longer" if c.high >= limits.max_prompt_tokens else ""

@@ -11,7 +11,15 @@ The candidate's ``plan()`` returns plain data, once::
         {"prompt_tokens": [8193, 131072],       # a class with separate pools:
          "prefill": {<the same engine keys>},   # prefills, then hands the KV over the
          "decode": {<the same engine keys>}},   # target's link to its class's decode pool
-    ]}
+    ],
+     "router": {"prefix_weight": 0.5}}          # optional, below
+
+An engine may also take ``"kv_host_gib"``: GiB of host memory per instance for the prefix
+cache below HBM (vLLM's ``--kv-offloading-size``), within the target's
+``host_kv_gib_per_gpu``; blocks HBM drops are kept there (least recently used go first)
+and a hit there is read back over the host link. ``router.prefix_weight`` (0 to 64,
+default 0) is how many outstanding requests one cached prompt block is worth when the
+trusted router picks an instance of a class: 0 is the least loaded instance.
 
 Every number is checked here, on the trusted side, never taken from the candidate's own
 arithmetic (:func:`check_plan`): known keys and types; tp divides the model's attention
@@ -32,14 +40,16 @@ from typing import Any
 
 from evaluators.routing.api import RequestInfo, View
 from evaluators.routing.deploy.instance import RESERVED_BYTES, activation_bytes, instance_step
-from evaluators.routing.deploy.parallel import DeployModel
+from evaluators.routing.deploy.parallel import DeployModel, KVTier
 from evaluators.routing.fleet import Fleet, ReplicaSpec
 from evaluators.routing.hardware import ACCELERATORS, MEMORY_UTILISATION
 
 ENGINE_KEYS = ("accelerator", "tp", "pp", "replicas", "max_num_batched_tokens", "max_num_seqs",
-               "chunk", "block_size")
+               "chunk", "block_size", "kv_host_gib")
+MAX_PREFIX_WEIGHT = 64.0
 BLOCK_SIZES = (8, 16, 32)  # vLLM's choices for CUDA
 MAX_TP = 8  # one node; the all-reduce tables are measured up to 8 GPUs
+GIB = 1 << 30
 
 
 class PlanError(ValueError):
@@ -56,6 +66,8 @@ class Limits:
     max_prompt_tokens: int
     max_output_tokens: int
     kv_link_gb_s: float
+    host_kv_gib_per_gpu: int = 0  # host memory a plan may give the prefix cache, per GPU
+    host_link_gb_s: float = 25.0  # host to one GPU (PCIe), for KV read back from the host
 
 
 @dataclass(frozen=True)
@@ -68,6 +80,7 @@ class Pool:
     max_num_seqs: int
     chunk: int
     block_size: int
+    kv_host_gib: int = 0
 
     @property
     def gpus(self) -> int:
@@ -84,6 +97,7 @@ class PlanClass:
 @dataclass(frozen=True)
 class Plan:
     classes: tuple[PlanClass, ...]
+    prefix_weight: float = 0.0
 
     @property
     def gpus(self) -> int:
@@ -129,8 +143,14 @@ def _pool(raw: Any, where: str, limits: Limits) -> Pool:
     block = _int(raw, "block_size", where, 1, 1 << 10) if "block_size" in raw else 16
     if block not in BLOCK_SIZES:
         raise PlanError(f"{where}.block_size = {block}: must be one of {list(BLOCK_SIZES)}")
+    host = 0
+    if "kv_host_gib" in raw:
+        if not limits.host_kv_gib_per_gpu and raw["kv_host_gib"] != 0:
+            raise PlanError(f"{where}.kv_host_gib: the target gives no host memory to the KV "
+                            "cache (its host_kv_gib_per_gpu is 0)")
+        host = _int(raw, "kv_host_gib", where, 0, limits.host_kv_gib_per_gpu * tp * pp)
     return Pool(str(acc), tp, pp, _int(raw, "replicas", where, 1, limits.gpu_budget),
-                budget, seqs, chunk, block)
+                budget, seqs, chunk, block, host)
 
 
 def _fits(pool: Pool, longest: int, where: str, limits: Limits) -> None:
@@ -196,13 +216,27 @@ def _coverage(classes: Sequence[PlanClass], top: int) -> None:
                         "longest prompt)")
 
 
+def _prefix_weight(router: Any) -> float:
+    if not isinstance(router, Mapping):
+        raise PlanError("plan['router'] must be a dict, e.g. {'prefix_weight': 0.5}")
+    extra = sorted(str(k) for k in set(router) - {"prefix_weight"})
+    if extra:
+        raise PlanError(f"router: unknown key {extra[0]!r}; known: 'prefix_weight'")
+    w = router.get("prefix_weight", 0.0)
+    if isinstance(w, bool) or not isinstance(w, int | float) or not (
+            0.0 <= w <= MAX_PREFIX_WEIGHT):
+        raise PlanError(f"router.prefix_weight = {w!r}: must be a number in "
+                        f"0..{MAX_PREFIX_WEIGHT:g}"[:200])
+    return float(w)
+
+
 def check_plan(raw: Any, limits: Limits) -> Plan:
     """The plan, checked against every rule of the module docstring."""
     if not isinstance(raw, Mapping):
         raise PlanError(f"plan() must return a dict with 'classes', not {type(raw).__name__}")
-    extra = sorted(str(k) for k in set(raw) - {"classes"})
+    extra = sorted(str(k) for k in set(raw) - {"classes", "router"})
     if extra:
-        raise PlanError(f"unknown top-level key {extra[0]!r}; known: 'classes'")
+        raise PlanError(f"unknown top-level key {extra[0]!r}; known: 'classes', 'router'")
     raw_classes = raw.get("classes")
     if not isinstance(raw_classes, list | tuple) or not raw_classes:
         raise PlanError("plan['classes'] must be a non-empty list")
@@ -210,7 +244,7 @@ def check_plan(raw: Any, limits: Limits) -> Plan:
         raise PlanError(f"{len(raw_classes)} classes: at most 16")
     classes = tuple(_class(c, i, limits) for i, c in enumerate(raw_classes))
     _coverage(classes, limits.max_prompt_tokens)
-    plan = Plan(classes)
+    plan = Plan(classes, _prefix_weight(raw.get("router", {})))
     if plan.gpus > limits.gpu_budget:
         parts = " + ".join(f"{p.replicas} x {p.tp * p.pp}" for c in classes for _, p in c.pools)
         raise PlanError(f"the plan uses {plan.gpus} GPUs ({parts}, over all classes and "
@@ -221,25 +255,32 @@ def check_plan(raw: Any, limits: Limits) -> Plan:
 def build_fleet(plan: Plan, limits: Limits) -> Fleet:
     """One replica per instance, with the deployment step model and its engine settings."""
     replicas: list[ReplicaSpec] = []
+    kv_bytes = limits.model.kv_bytes_per_token
     for g, c in enumerate(plan.classes):
         for role, p in c.pools:
             step = instance_step(limits.model, p.accelerator, p.tp, p.pp,
                                  p.max_num_batched_tokens, p.max_num_seqs)
+            # host memory below HBM, read back over each GPU's own link
+            host = KVTier("host", p.kv_host_gib * GIB / 1e9, limits.host_link_gb_s * p.tp * p.pp)
             for _ in range(p.replicas):
                 replicas.append(ReplicaSpec(
                     len(replicas), f"class{g}-{role}", "local", step, role,
                     limits.kv_link_gb_s if role == "prefill" else 0.0,
                     token_budget=p.max_num_batched_tokens, max_seqs=p.max_num_seqs,
-                    chunk=p.chunk, kv_pad=p.block_size // 2, group=g))
+                    chunk=p.chunk, kv_pad=p.block_size // 2, group=g,
+                    host_kv_tokens=host.capacity_tokens(kv_bytes),
+                    host_s_per_token=host.transfer_s(1, kv_bytes)))
     return Fleet(tuple(replicas))
 
 
 class ClassRouter:
     """The trusted router of a plan: a request goes to its prompt length's class, and there
     to the instance with the fewest outstanding requests (then the fewest queued tokens,
-    then the lowest index); a class with separate pools takes it on its prefill pool."""
+    then the lowest index), less ``prefix_weight`` for each leading block of the prompt an
+    instance has cached; a class with separate pools takes it on its prefill pool."""
 
     def __init__(self, plan: Plan, fleet: Fleet):
+        self.weight = plan.prefix_weight
         self.order = sorted(range(len(plan.classes)), key=lambda k: plan.classes[k].low)
         self.highs = [plan.classes[k].high for k in self.order]
         self.entry: dict[int, list[int]] = {}
@@ -254,4 +295,7 @@ class ClassRouter:
     def __call__(self, request: RequestInfo, view: View) -> int:
         mine = self.entry[self.class_of(request.prompt_tokens)]
         out, queued = view.outstanding, view.queued_tokens
+        if self.weight:
+            w, cached = self.weight, view.prefix_blocks
+            return min(mine, key=lambda k: (out[k] - w * cached[k], queued[k], k))
         return min(mine, key=lambda k: (out[k], queued[k], k))

@@ -9,6 +9,8 @@
     max_prompt_tokens = 16384               # longer prompts are cut to this
     max_output_tokens = 2048                # longer outputs too
     kv_link_gb_s = 50.0                     # a prefill instance's KV link (separate pools)
+    host_kv_gib_per_gpu = 0                 # host memory a plan may give its prefix cache
+    host_link_gb_s = 25.0                   # per GPU, host to HBM (KV read back)
     slo = { ttft_p90_s = 2.0, tbt_p99_s = 0.2 }
     scale_range = [0.125, 16.0]             # the bisection's bracket of rate scales
     bisect_steps = 7
@@ -41,8 +43,8 @@ from evaluators.routing.workload import Workload
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 MODELS: dict[str, DeployModel] = {m.name: m for m in (LLAMA2_70B, LLAMA3_8B)}
 KEYS = {"mode", "model", "gpu_budget", "accelerators", "max_prompt_tokens",
-        "max_output_tokens", "kv_link_gb_s", "slo", "scale_range", "bisect_steps", "workload",
-        "held_out", "baselines", "grid"}
+        "max_output_tokens", "kv_link_gb_s", "host_kv_gib_per_gpu", "host_link_gb_s", "slo",
+        "scale_range", "bisect_steps", "workload", "held_out", "baselines", "grid"}
 GRID_KEYS = ("tp", "pp", "max_num_batched_tokens", "max_num_seqs", "block_size")
 SettingsError = _ConfigSettingsError
 
@@ -129,7 +131,9 @@ def _limits(s: Mapping[str, Any]) -> Limits:
                   tuple(str(a) for a in accs),
                   int(_number(s, "max_prompt_tokens", 16384, 1, True)),
                   int(_number(s, "max_output_tokens", 2048, 1, True)),
-                  float(_number(s, "kv_link_gb_s", 50.0, 1e-3)))
+                  float(_number(s, "kv_link_gb_s", 50.0, 1e-3)),
+                  int(_number(s, "host_kv_gib_per_gpu", 0, 0, True)),
+                  float(_number(s, "host_link_gb_s", 25.0, 1e-3)))
 
 
 def _grid(raw: Any) -> dict[str, list[int]]:
