@@ -50,6 +50,14 @@ def bisect_capacity(passes: Callable[[float], bool], low: float, high: float,
     return low
 
 
+def beyond_resolution(ratio: float, resolution: float) -> bool:
+    """Whether a plan at ``ratio`` times another's capacity loses to it by more than the
+    bisection's ``resolution`` (its step as a factor). Two bisections that end one step
+    apart give a ratio of exactly one step, which is within it: the float test allows for
+    the rounding of that ratio."""
+    return ratio * resolution < 1.0 - 1e-9
+
+
 def clip(workload: Workload, max_prompt: int, max_output: int) -> Workload:
     """Prompts and outputs cut to the target's longest (a plan is checked against them)."""
     from dataclasses import replace

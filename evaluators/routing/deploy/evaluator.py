@@ -35,7 +35,7 @@ from evaluators._base import EvalContext, Evaluator, valid_from_metrics
 from evaluators.routing.baselines import editable_digest, load_module
 from evaluators.routing.config import parse_settings
 from evaluators.routing.deploy import settings as st
-from evaluators.routing.deploy.capacity import Capacity, capacity, clip
+from evaluators.routing.deploy.capacity import Capacity, beyond_resolution, capacity, clip
 from evaluators.routing.deploy.export import plan_markdown
 from evaluators.routing.deploy.plan import Plan, PlanError, check_plan
 from evaluators.routing.remote import PolicyStopped, _start
@@ -241,7 +241,7 @@ class DeployEvaluator(Evaluator):
             ratio = cap.per_usd / value if value and value > 0 else math.inf
             rows.append(f"| {label} | {which} | {cap.per_usd:.4f} | {cap.scale:.3f} | "
                         f"{cap.gpus} | {name} | {value:.4f} | {ratio:.3f} |")
-            if which == "held-out" and ratio < 1.0 / slack:
+            if which == "held-out" and beyond_resolution(ratio, slack):
                 lost.append(f"{label}: {ratio:.3f}x {name}'s capacity per dollar")
         text = ("### The deployment plan\n\n" + plan_markdown(plan, self.limits)
                 + "\n### Capacity per dollar against the best baseline, per workload\n\n"

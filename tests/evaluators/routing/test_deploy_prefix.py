@@ -14,6 +14,7 @@ import pytest
 from evaluators import get
 from evaluators.routing.api import RequestInfo, View
 from evaluators.routing.config import build_workload
+from evaluators.routing.deploy.capacity import beyond_resolution
 from evaluators.routing.deploy.evaluator import DeployEvaluator
 from evaluators.routing.deploy.export import plan_markdown
 from evaluators.routing.deploy.parallel import LLAMA2_70B
@@ -215,3 +216,13 @@ def test_the_targets_seed_and_a_prefix_plan_through_the_sandbox(tmp_path: Path,
     assert res.state is CandidateState.VALID, res.reason
     assert res.metrics["host_hit_ratio"] > 0.02
     assert res.metrics["prefix_hit_ratio"] > base.metrics["prefix_hit_ratio"] + 0.05
+
+
+def test_a_held_out_loss_of_one_bisection_step_is_within_the_resolution() -> None:
+    # the azure-s4 bracket of deploy_mooncake: 0.125..16 in 8 steps; the final check's
+    # slack is the widest bracket's step. Two plans whose bisections end one step apart:
+    step = (16 / 0.125) ** (1 / 2 ** 8)
+    low = 0.125 * step ** 100
+    assert not beyond_resolution(low / (low * step), step)  # one step: a tie
+    assert beyond_resolution(low / (low * step * step), step)  # two steps: a loss
+    assert not beyond_resolution(1.0, step) and not beyond_resolution(1.2, step)
