@@ -32,16 +32,17 @@ BLOCK = 16  # knob: choices=[8, 16, 32]
 LONG_TP = 8  # knob: choices=[4, 8]
 LONG_REPLICAS = 1  # knob: int 1..4
 LONG_BUDGET = 4096  # knob: choices=[512, 1024, 2048, 4096, 8192]
-# prefix reuse: the router's weight of a cached block, host memory per instance (GiB)
+# prefix reuse: the router's weight of a cached block, and host memory for the prefix
+# cache per GPU of an instance (GiB; the target offers up to 128)
 PREFIX_WEIGHT = 0.0  # knob: choices=[0.0, 0.1, 0.3, 1.0, 3.0, 10.0]
-KV_HOST_GIB = 0  # knob: int 0..1024 step 64
+HOST_GIB_PER_GPU = 0  # knob: int 0..128 step 16
 
 
 def _engine(tp, pp, replicas, budget, max_seqs, block):
     return {"accelerator": "H100", "tp": tp, "pp": pp, "replicas": replicas,
             "max_num_batched_tokens": budget, "max_num_seqs": min(max_seqs, budget),
             "chunk": budget, "block_size": block,
-            "kv_host_gib": min(KV_HOST_GIB, 128 * tp * pp)}
+            "kv_host_gib": HOST_GIB_PER_GPU * tp * pp}
 
 
 def plan():

@@ -208,7 +208,7 @@ def test_the_targets_seed_and_a_prefix_plan_through_the_sandbox(tmp_path: Path,
     base = ev.evaluate(cand, ctx)
     assert base.state is CandidateState.VALID, base.reason
     assert base.metrics["host_hit_ratio"] == 0.0
-    tuned = re.sub(r"^KV_HOST_GIB = 0", "KV_HOST_GIB = 256",
+    tuned = re.sub(r"^HOST_GIB_PER_GPU = 0", "HOST_GIB_PER_GPU = 64",
                    re.sub(r"^PREFIX_WEIGHT = 0.0", "PREFIX_WEIGHT = 1.0", seed, flags=re.M),
                    flags=re.M)
     cand, ctx = candidate(tmp_path, sandbox, "plan.py", tuned)
