@@ -1,7 +1,7 @@
 """Capacity per dollar of the deploy_instance target's seed, baselines and grid, per workload.
 
     python bench/deploy_plans.py [--target targets/routing/deploy_instance] [--json FILE]
-        [--budgets 1536 1792 ...] [--bisect-steps N] [--candidate NAME=plan.py ...]
+        [--budgets 1536 1792 ...] [--bisect-steps N] [--candidate NAME=plan.py[@K=V,...] ...]
         [--trace ../shared/data/traces/mooncake_conversation.jsonl --windows 0 1800]
 
 In-process (the seed and the baselines are the project's own files), the evaluator's
@@ -9,7 +9,8 @@ settings, simulations and bisection; prints one table per workload and writes th
 to FILE. ``--budgets`` adds the seed's plan with each other token budget per step (values
 between the grid's points); ``--bisect-steps`` overrides the target's bisection (finer
 steps tell apart plans the target's resolution ties). ``--candidate`` adds a plan file (a
-night's winner, say) as a row; ``--trace`` adds held-out workloads: 600-second windows of a
+night's winner, say) as a row, with module constants set after ``@`` (``@HOST_GIB_PER_GPU=0``
+takes one knob back); ``--trace`` adds held-out workloads: 600-second windows of a
 recorded trace starting at each of ``--windows`` (the trace is not part of the project; the
 bench stops with the reason when it is absent).
 """
@@ -65,8 +66,13 @@ def main() -> None:
     seed = _module(target.path / "plan.py")
     plans = {"seed": check_plan(seed.plan(), ev.limits), **ev.baseline_plans}
     for item in args.candidate:
-        name, _, path = item.partition("=")
-        plans[name] = check_plan(_module(Path(path)).plan(), ev.limits)
+        name, _, rest = item.partition("=")
+        path, _, sets = rest.partition("@")
+        module = _module(Path(path))
+        for pair in filter(None, sets.split(",")):
+            key, _, value = pair.partition("=")
+            setattr(module, key, type(getattr(module, key))(value))
+        plans[name] = check_plan(module.plan(), ev.limits)
     for budget in args.budgets:
         raw = seed.plan()
         for c in raw["classes"]:
