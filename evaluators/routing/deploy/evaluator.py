@@ -154,6 +154,11 @@ class DeployEvaluator(Evaluator):
         name = max(caps, key=lambda n: (caps[n].per_usd, n))
         return name, caps[name]
 
+    def _baseline_names(self) -> str:
+        """The target's own baseline plans by name (the grid's are summed up apart)."""
+        named = sorted(n for n in self.baseline_plans if not n.startswith("grid_"))
+        return "the plans " + ", ".join(named) if named else "none of the target's own"
+
     def _baseline_table(self, label: str) -> str:
         rows = [(name, self._caps[(f"baseline:{name}", label)])
                 for name in self.baseline_plans if (f"baseline:{name}", label) in self._caps]
@@ -246,8 +251,8 @@ class DeployEvaluator(Evaluator):
         text = ("### The deployment plan\n\n" + plan_markdown(plan, self.limits)
                 + "\n### Capacity per dollar against the best baseline, per workload\n\n"
                 "Requests per second served within the SLO (TTFT p90, TBT p99) per dollar an "
-                "hour; baselines: the vLLM-like default, Sarathi-Serve-like chunks and the "
-                "best of a grid of single-class plans.\n\n"
+                f"hour; baselines: {self._baseline_names()} and the best of a grid of "
+                "single-class plans.\n\n"
                 "| workload | set | winner | scale | GPUs | best baseline | its value | "
                 "winner / best |\n|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
         if lost:

@@ -234,6 +234,8 @@ def test_the_held_out_set_and_the_final_check(tmp_path: Path, sandbox: Any) -> N
     assert final is not None
     assert "vllm serve MODEL --tensor-parallel-size 4" in final.artifacts["evidence.md"]
     assert "| mooncake-s2 | held-out |" in final.artifacts["evidence.md"]
+    assert "baselines: the plans sarathi_serve, vllm_default and the best of a grid" in (
+        final.artifacts["evidence.md"])
 
 
 class TestRoutingDeployMode(EvaluatorContract):
