@@ -142,6 +142,22 @@ def _cached_blocks(rp: _Replica, blocks: tuple[int, ...]) -> tuple[int, int]:
     return n, m
 
 
+def _prefix_blocks(reps: list[_Replica], blocks: tuple[int, ...]) -> list[int]:
+    """Leading blocks of ``blocks`` each replica has cached, in HBM or in its host tier (the
+    router's view; one call for all replicas, as it runs for every request)."""
+    out = []
+    for rp in reps:
+        cache, n = rp.cache, 0
+        for h in blocks:
+            if h not in cache:
+                break
+            n += 1
+        if rp.host_cap:
+            n += _cached_blocks(rp, blocks)[1]
+        out.append(n)
+    return out
+
+
 def _remember(rp: _Replica, blocks: tuple[int, ...]) -> None:
     """A prefilled prompt's blocks enter the HBM cache (most recent last); what it drops
     goes to the host tier, whose own least recent blocks go."""
@@ -508,7 +524,7 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
         views.outstanding = [q + b for q, b in zip(views.queue, views.running, strict=True)]
         views.kv_used = [(rp.kv_const + rp.B * rp.S + rp.reserved) / rp.cap for rp in reps]
         blk = blocks[i]
-        views.prefix_blocks = [sum(_cached_blocks(rp, blk)) for rp in reps]
+        views.prefix_blocks = _prefix_blocks(reps, blk)
         req = RequestInfo(i, t, prompt[i], blk, workload.session[i], reg)
         if time_policy:
             t0 = perf()
