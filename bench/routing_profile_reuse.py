@@ -18,36 +18,13 @@ import json
 import platform
 import sys
 import time
-from collections import OrderedDict
 from pathlib import Path
 
 from evaluators.routing.deploy.capacity import clip
 from evaluators.routing.profiles import generate, load_profile
-from evaluators.routing.workload import Workload, load_mooncake
+from evaluators.routing.workload import load_mooncake, prefix_reuse
 
 SIZES = (250_000, 1_000_000, 4_000_000, None)  # tokens; None: unbounded
-
-
-def reuse(w: Workload, size: int | None) -> float:
-    """Prompt tokens served from one LRU cache of ``size`` tokens, over all prompt tokens."""
-    bt = w.block_tokens
-    cap = None if size is None else size // bt
-    cache: OrderedDict[int, None] = OrderedDict()
-    hit = total = 0
-    for blocks, prompt in zip(w.blocks, w.prompt, strict=True):
-        run = 0
-        for h in blocks:
-            if h not in cache:
-                break
-            run += 1
-        hit += min(run * bt, prompt)
-        total += prompt
-        for h in blocks:
-            cache[h] = None
-            cache.move_to_end(h)
-        while cap is not None and len(cache) > cap:
-            cache.popitem(last=False)
-    return hit / max(total, 1)
 
 
 def main() -> None:
@@ -62,12 +39,12 @@ def main() -> None:
     trace = load_mooncake(args.trace)
     for start in (0.0, 600.0, 1800.0):
         w = clip(trace.window(start, start + 600.0), 16384, 2048)
-        rows[f"trace {start:g}-{start + 600:g} s"] = [reuse(w, s) for s in SIZES]
+        rows[f"trace {start:g}-{start + 600:g} s"] = [prefix_reuse(w, s) for s in SIZES]
     profile = load_profile(args.profile)
     for parents in ("latest", "covering"):
         for seed in (3, 4):
             w = clip(generate(profile, seed, 600.0, parents=parents), 16384, 2048)
-            rows[f"profile seed {seed}, parents={parents}"] = [reuse(w, s) for s in SIZES]
+            rows[f"profile seed {seed}, parents={parents}"] = [prefix_reuse(w, s) for s in SIZES]
     print("workload                                 0.25M    1M      4M      unbounded")
     for name, r in rows.items():
         print(f"{name:40s} " + "  ".join(f"{x:.3f} " for x in r))

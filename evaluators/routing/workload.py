@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -238,3 +239,27 @@ def synthetic(spec: SyntheticSpec, seed: int, name: str = "synthetic") -> Worklo
         region=("local",) * len(reqs),
         block_tokens=bt,
     )
+
+
+def prefix_reuse(w: Workload, cache_tokens: int | None = None) -> float:
+    """The share of prompt tokens one LRU prefix cache of ``cache_tokens`` (None:
+    unbounded) would serve if every request went through it: each prompt's leading blocks
+    found in the cache, then all its blocks made the most recent."""
+    bt = w.block_tokens
+    cap = None if cache_tokens is None else cache_tokens // bt
+    cache: OrderedDict[int, None] = OrderedDict()
+    hit = total = 0
+    for blocks, prompt in zip(w.blocks, w.prompt, strict=True):
+        run = 0
+        for h in blocks:
+            if h not in cache:
+                break
+            run += 1
+        hit += min(run * bt, prompt)
+        total += prompt
+        for h in blocks:
+            cache[h] = None
+            cache.move_to_end(h)
+        while cap is not None and len(cache) > cap:
+            cache.popitem(last=False)
+    return hit / max(total, 1)

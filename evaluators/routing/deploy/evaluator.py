@@ -72,7 +72,10 @@ class DeployEvaluator(Evaluator):
 
     def _baselines(self, where: str) -> dict[str, Plan]:
         out: dict[str, Plan] = {}
-        for path in sorted(self.cfg.baselines.glob("*.py")) if self.cfg.baselines else []:
+        for path in [p for folder in self.cfg.baselines for p in sorted(folder.glob("*.py"))]:
+            if path.stem in out:
+                raise ConfigError(f"two baseline plans named {path.stem!r}", file=where,
+                                  key="evaluator.baselines")
             module = load_module(path)  # our own files: trusted code
             try:
                 out[path.stem] = check_plan(module.plan(), self.limits)

@@ -18,7 +18,8 @@
                  duration_s = 300 }         # training (evaluators/routing/config.py's forms)
     held_out = [{ name = "azure-s4", kind = "profile", ..., slo = { ttft_p90_s = 6.0 },
                   scale_range = [0.02, 2.0] }]     # slo and scale_range: per workload
-    baselines = "targets/routing/deploy_instance/baselines"   # plan files ("" = none)
+    baselines = "targets/routing/deploy_instance/baselines"   # plan files ("" = none), or
+                                            # a list of such folders
     grid = { tp = [4, 8], pp = [1], max_num_batched_tokens = [512, 2048],
              max_num_seqs = [256], block_size = [16] }        # single-class plans
 """
@@ -63,7 +64,7 @@ class DeployConfig:
     train: str
     held_out: tuple[str, ...]
     bisect_steps: int
-    baselines: Path | None
+    baselines: tuple[Path, ...]
     grid: dict[str, list[int]]
 
     @property
@@ -175,11 +176,20 @@ def parse(s: Mapping[str, Any]) -> DeployConfig:
             raise SettingsError(f"workload name {name!r} appears twice", f"held_out[{i}]")
         cases[name] = c
         names.append(name)
-    base = str(s.get("baselines", ""))
-    folder = (Path(base) if Path(base).is_absolute() else PROJECT_ROOT / base) if base else None
-    if folder is not None and not folder.is_dir():
-        raise SettingsError(f"{base!r}: not a folder of plan files", "baselines")
-    return DeployConfig(limits, cases, train, tuple(names), steps, folder, _grid(s.get("grid", {})))
+    return DeployConfig(limits, cases, train, tuple(names), steps,
+                        _folders(s.get("baselines", "")), _grid(s.get("grid", {})))
+
+
+def _folders(raw: Any) -> tuple[Path, ...]:
+    """The baseline folders: one path, a list of paths, or "" for none."""
+    listed = raw if isinstance(raw, list) else [raw]
+    out = []
+    for base in (str(b) for b in listed if b != ""):
+        folder = Path(base) if Path(base).is_absolute() else PROJECT_ROOT / base
+        if not folder.is_dir():
+            raise SettingsError(f"{base!r}: not a folder of plan files", "baselines")
+        out.append(folder)
+    return tuple(out)
 
 
 def build(raw: Mapping[str, Any]) -> Workload:

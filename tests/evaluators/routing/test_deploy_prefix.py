@@ -30,7 +30,7 @@ from evaluators.routing.fleet import Fleet, ReplicaSpec
 from evaluators.routing.hardware import step_model
 from evaluators.routing.profiles import generate, load_profile
 from evaluators.routing.sim import SimConfig, simulate
-from evaluators.routing.workload import Workload
+from evaluators.routing.workload import Workload, prefix_reuse
 from optimizer.errors import ConfigError
 from optimizer.records import CandidateState
 from optimizer.targets import load_target
@@ -156,22 +156,6 @@ def test_a_tier_too_small_keeps_only_the_latest_dropped_blocks() -> None:
 
 
 # -- profile workloads: follow-ups continue a covering parent --------------------------------
-def _reuse(w: Workload) -> float:
-    """Prompt tokens an infinite cache would serve, over all prompt tokens."""
-    seen: set[int] = set()
-    hit = total = 0
-    for blocks, prompt in zip(w.blocks, w.prompt, strict=True):
-        run = 0
-        for h in blocks:
-            if h not in seen:
-                break
-            run += 1
-        hit += min(run * w.block_tokens, prompt)
-        total += prompt
-        seen.update(blocks)
-    return hit / total
-
-
 def test_covering_parents_raise_the_mooncake_profiles_reuse_and_keep_its_arrivals() -> None:
     profile = load_profile("mooncake_conversation")
     latest = generate(profile, 3, 600)
@@ -179,7 +163,7 @@ def test_covering_parents_raise_the_mooncake_profiles_reuse_and_keep_its_arrival
     assert covering.arrival == latest.arrival
     assert covering.output == latest.output
     # measured on 2026-12-07: 0.21 against 0.16 (the trace's own windows: 0.26-0.29)
-    assert _reuse(covering) > _reuse(latest) * 1.25
+    assert prefix_reuse(covering) > prefix_reuse(latest) * 1.25
     with pytest.raises(ValueError, match="parents must be one of"):
         generate(profile, 3, 60, parents="oldest")
 
@@ -226,3 +210,17 @@ def test_a_held_out_loss_of_one_bisection_step_is_within_the_resolution() -> Non
     assert not beyond_resolution(low / (low * step), step)  # one step: a tie
     assert beyond_resolution(low / (low * step * step), step)  # two steps: a loss
     assert not beyond_resolution(1.0, step) and not beyond_resolution(1.2, step)
+
+
+def test_prefix_reuse_counts_leading_blocks_within_the_cache() -> None:
+    w = _three_requests()  # 128, 160 and 128 prompt tokens; C repeats A's 8 blocks
+    assert prefix_reuse(w) == pytest.approx(128 / 416)
+    assert prefix_reuse(w, 16 * 12) == 0.0  # B pushed A's first blocks out
+
+
+def test_baselines_come_from_several_folders_and_a_name_twice_is_refused() -> None:
+    ev = DeployEvaluator(load_target(TARGET, ROOT, FAST))
+    assert {"vllm_default", "sarathi_serve", "prefix_aware"} <= set(ev.baseline_plans)
+    twice = {"evaluator": {"baselines": ["targets/routing/deploy_instance/baselines"] * 2}}
+    with pytest.raises(ConfigError, match="two baseline plans named"):
+        DeployEvaluator(load_target(TARGET, ROOT, twice))
