@@ -80,7 +80,7 @@ class _Replica:
                  "waiting", "wait_tokens", "head", "reserved", "pf_left", "pf_ctx", "cache",
                  "busy", "prefill_tokens", "decode_tokens", "preemptions", "max_queue_seen",
                  "index", "hands_off", "link_s_per_token", "link_free", "chunk", "accelerator",
-                 "budget", "max_seqs", "kv_pad", "group", "host", "host_cap", "host_s_per_block",
+                 "budget", "max_seqs", "kv_pad", "group", "host", "host_cap", "host_s_per_token",
                  "host_hit_tokens")
 
     def __init__(self, spec: ReplicaSpec, cfg: SimConfig, block_tokens: int):
@@ -115,7 +115,7 @@ class _Replica:
         self.cache: OrderedDict[int, None] = OrderedDict()
         self.host: OrderedDict[int, None] = OrderedDict()  # the tier below HBM, if any
         self.host_cap = spec.host_kv_tokens // block_tokens
-        self.host_s_per_block = spec.host_s_per_token * block_tokens
+        self.host_s_per_token = spec.host_s_per_token
         self.host_hit_tokens = 0
         self.busy = 0.0
         self.prefill_tokens = 0.0
@@ -124,22 +124,21 @@ class _Replica:
         self.max_queue_seen = 0
 
 
+def _run(store: OrderedDict[int, None], blocks: tuple[int, ...]) -> int:
+    """How many leading blocks of ``blocks`` ``store`` holds."""
+    n = 0
+    for h in blocks:
+        if h not in store:
+            break
+        n += 1
+    return n
+
+
 def _cached_blocks(rp: _Replica, blocks: tuple[int, ...]) -> tuple[int, int]:
     """Leading blocks of ``blocks`` in the replica's HBM prefix cache, then how many more
     follow in its host tier."""
-    cache, n = rp.cache, 0
-    for h in blocks:
-        if h not in cache:
-            break
-        n += 1
-    if not rp.host_cap:
-        return n, 0
-    host, m = rp.host, 0
-    for h in blocks[n:]:
-        if h not in host:
-            break
-        m += 1
-    return n, m
+    n = _run(rp.cache, blocks)
+    return n, _run(rp.host, blocks[n:]) if rp.host_cap else 0
 
 
 def _prefix_blocks(reps: list[_Replica], blocks: tuple[int, ...]) -> list[int]:
@@ -153,7 +152,7 @@ def _prefix_blocks(reps: list[_Replica], blocks: tuple[int, ...]) -> list[int]:
                 break
             n += 1
         if rp.host_cap:
-            n += _cached_blocks(rp, blocks)[1]
+            n += _run(rp.host, blocks[n:])
         out.append(n)
     return out
 
@@ -407,8 +406,8 @@ def simulate(workload: Workload, fleet: Fleet, route: Callable[[RequestInfo, Vie
                         if n_host and hit > n_hbm * bt:  # steps wait for the host's blocks
                             up = hit - n_hbm * bt
                             rp.host_hit_tokens += up
-                            rp.clock += up * rp.host_s_per_block / bt
-                            rp.busy += up * rp.host_s_per_block / bt
+                            rp.clock += up * rp.host_s_per_token
+                            rp.busy += up * rp.host_s_per_token
                     if cached[rid] < 0:
                         cached[rid] = min(hit, prompt[rid] - 1)
                     rp.head = head = rid
