@@ -56,7 +56,7 @@ from evaluators.routing.fleet import Fleet, build_fleet
 from evaluators.routing.metrics import Slo
 from evaluators.routing.profiles import PARENTS, generate, load_profile
 from evaluators.routing.sim import SimConfig
-from evaluators.routing.workload import SyntheticSpec, Workload, load_trace, synthetic
+from evaluators.routing.workload import SyntheticSpec, Workload, load_trace, merge, synthetic
 from optimizer.errors import ConfigError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -120,8 +120,17 @@ def _check_workload(raw: Any, key: str) -> None:
     elif kind == "synthetic":
         _unknown(raw, {f.name for f in fields(SyntheticSpec)}
                  | {"kind", "seed", "regions", "rate_scale"}, key)
+    elif kind == "mix":
+        _unknown(raw, {"kind", "parts"}, key)
+        parts = raw.get("parts")
+        if not isinstance(parts, list) or not parts:
+            raise SettingsError("must be a non-empty list of workload tables", f"{key}.parts")
+        for i, part in enumerate(parts):
+            if isinstance(part, Mapping) and part.get("kind") == "mix":
+                raise SettingsError("a mix's part cannot be a mix", f"{key}.parts[{i}].kind")
+            _check_workload(part, f"{key}.parts[{i}]")
     else:
-        raise SettingsError(f"must be 'synthetic', 'profile' or 'trace', not {kind!r}",
+        raise SettingsError(f"must be 'synthetic', 'profile', 'trace' or 'mix', not {kind!r}",
                             f"{key}.kind")
 
 
@@ -209,6 +218,11 @@ def build_workload(raw: Mapping[str, Any]) -> Workload:
                      float(raw.pop("rate_scale", 1.0)), parents=str(raw.pop("parents", "latest")))
         if raw:
             raise ValueError(f"workload: unknown profile key(s) {sorted(raw)}")
+    elif kind == "mix":  # one fleet serving several workloads at once
+        parts = [build_workload(part) for part in raw.pop("parts", [])]
+        w = merge(parts, "+".join(p.name for p in parts))
+        if raw:
+            raise ValueError(f"workload: unknown mix key(s) {sorted(raw)}")
     elif kind == "trace":
         path = Path(str(raw.pop("path", "")))
         path = path if path.is_absolute() else PROJECT_ROOT / path
@@ -227,8 +241,8 @@ def build_workload(raw: Mapping[str, Any]) -> Workload:
         if raw:
             raise ValueError(f"workload: unknown trace key(s) {sorted(raw)}")
     else:
-        raise ValueError(f"workload.kind must be 'synthetic', 'profile' or 'trace', not "
-                         f"{kind!r}")
+        raise ValueError(f"workload.kind must be 'synthetic', 'profile', 'trace' or 'mix', "
+                         f"not {kind!r}")
     if regions:
         w = w.with_regions(dict(regions), seed=0)
     return w

@@ -40,11 +40,22 @@ class TraceProfile:
     follow_share: float = 0.0  # requests that continue an earlier request's prompt
     follow_frac_q: tuple[float, ...] = ()  # their shared blocks / their blocks, at QUANTILES
     follow_gap_q: tuple[float, ...] = ()  # seconds since that earlier request, at QUANTILES
+    # traffic that comes and goes (bench/routing_trace_profile.py --idle-gap-s): a gap over
+    # idle_gap_s ends an active period; active periods last on_s_q seconds and idle ones
+    # off_s_q, arrivals come at on_rate_rps while active (gaps of CV burst_cv), none idle
+    idle_gap_s: float = 0.0  # 0: one active period (a renewal process at rate_rps)
+    on_rate_rps: float = 0.0
+    on_s_q: tuple[float, ...] = ()
+    off_s_q: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         for col in ("input_q", "output_q"):
             if len(getattr(self, col)) != len(QUANTILES):
                 raise ValueError(f"profile {self.name!r}: {col} needs {len(QUANTILES)} values")
+        if self.idle_gap_s > 0 and (self.on_rate_rps <= 0 or len(self.on_s_q) != len(QUANTILES)
+                                    or len(self.off_s_q) != len(QUANTILES)):
+            raise ValueError(f"profile {self.name!r}: idle_gap_s > 0 needs on_rate_rps > 0, "
+                             f"on_s_q and off_s_q ({len(QUANTILES)} values each)")
         if self.follow_share > 0 and (len(self.follow_frac_q) != len(QUANTILES)
                                       or len(self.follow_gap_q) != len(QUANTILES)):
             raise ValueError(f"profile {self.name!r}: follow_share > 0 needs follow_frac_q "
@@ -60,7 +71,7 @@ class TraceProfile:
         extra = sorted(set(raw) - known)
         if extra:
             raise ValueError(f"unknown profile key(s) {extra}; allowed {sorted(known)}")
-        for k in ("input_q", "output_q", "follow_frac_q", "follow_gap_q"):
+        for k in ("input_q", "output_q", "follow_frac_q", "follow_gap_q", "on_s_q", "off_s_q"):
             if k in raw:
                 raw[k] = tuple(float(v) for v in raw[k])
         return cls(**raw)
@@ -77,6 +88,31 @@ def load_profile(name: str) -> TraceProfile:
 def _draw(rng: np.random.Generator, q: tuple[float, ...], n: int) -> np.ndarray:
     """Inverse-CDF draws, linear between the quantiles."""
     return np.interp(rng.random(n), QUANTILES, q)
+
+
+def _renewal(rng: np.random.Generator, rate: float, cv: float, duration_s: float) -> np.ndarray:
+    """Arrival times in [0, duration_s) with gamma gaps of mean 1/rate and CV ``cv``."""
+    shape = 1.0 / max(cv, 1e-3) ** 2
+    n_guess = int(duration_s * rate * 1.5) + 16
+    arrival = np.cumsum(rng.gamma(shape, 1.0 / (rate * shape), n_guess))
+    return arrival[arrival < duration_s]
+
+
+def _arrivals(profile: TraceProfile, rng: np.random.Generator, duration_s: float,
+              rate_scale: float) -> np.ndarray:
+    """One renewal process at the profile's rate; or, for traffic that comes and goes,
+    active periods (a renewal process at the active rate) between idle ones, their lengths
+    drawn from the measured quantiles and the same at every rate scale (more load is more
+    traffic while active, not longer activity)."""
+    if profile.idle_gap_s <= 0:
+        return _renewal(rng, profile.rate_rps * rate_scale, profile.burst_cv, duration_s)
+    parts, t = [], 0.0
+    while t < duration_s:
+        on = max(float(_draw(rng, profile.on_s_q, 1)[0]), 1e-3)
+        parts.append(t + _renewal(rng, profile.on_rate_rps * rate_scale, profile.burst_cv,
+                                  min(on, duration_s - t)))
+        t += on + max(float(_draw(rng, profile.off_s_q, 1)[0]), profile.idle_gap_s)
+    return np.concatenate(parts)
 
 
 PARENTS = ("latest", "covering")
@@ -101,11 +137,7 @@ def generate(profile: TraceProfile, seed: int, duration_s: float, rate_scale: fl
     if parents not in PARENTS:
         raise ValueError(f"parents must be one of {PARENTS}, not {parents!r}")
     rng = np.random.default_rng(seed)
-    rate = profile.rate_rps * rate_scale
-    shape = 1.0 / max(profile.burst_cv, 1e-3) ** 2
-    n_guess = int(duration_s * rate * 1.5) + 16
-    arrival = np.cumsum(rng.gamma(shape, 1.0 / (rate * shape), n_guess))
-    arrival = arrival[arrival < duration_s]
+    arrival = _arrivals(profile, rng, duration_s, rate_scale)
     n = len(arrival)
     bt = profile.block_tokens
     prompts = np.maximum(1, _draw(rng, profile.input_q, n).astype(int))

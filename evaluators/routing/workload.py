@@ -87,6 +87,30 @@ class Workload:
         )
 
 
+def merge(parts: list[Workload], name: str) -> Workload:
+    """Several workloads served by one fleet: their requests in order of arrival, each
+    part's block ids and sessions kept apart from the others' (no prefix is shared across
+    parts). The parts must have the same block size."""
+    if not parts:
+        raise ValueError("a mix needs at least one part")
+    sizes = {w.block_tokens for w in parts}
+    if len(sizes) != 1:
+        raise ValueError(f"the parts of a mix must have one block size, not {sorted(sizes)}")
+    rows = []
+    block_base = session_base = 0
+    for w in parts:
+        rows += [(w.arrival[i], w.prompt[i], w.output[i],
+                  tuple(block_base + b for b in w.blocks[i]), session_base + w.session[i],
+                  w.region[i]) for i in range(len(w))]
+        block_base += 1 + max((max(b) for b in w.blocks if b), default=0)
+        session_base += 1 + max(w.session, default=0)
+    rows.sort(key=lambda r: r[0])
+    cols = list(zip(*rows, strict=True)) if rows else [()] * 6
+    return Workload(name=name, arrival=tuple(cols[0]), prompt=tuple(cols[1]),
+                    output=tuple(cols[2]), blocks=tuple(cols[3]), session=tuple(cols[4]),
+                    region=tuple(cols[5]), block_tokens=sizes.pop())
+
+
 def _private_blocks(prompts: list[int], block_tokens: int) -> list[tuple[int, ...]]:
     out, next_id = [], 0
     for p in prompts:
@@ -149,6 +173,13 @@ def load_burstgpt(path: Path | str, block_tokens: int = 512, region: str = "loca
     return _csv_trace(path, "Timestamp", "Request tokens", "Response tokens", block_tokens, region)
 
 
+def load_vidur(path: Path | str, block_tokens: int = 512, region: str = "local") -> Workload:
+    """Vidur's processed traces (e.g. Splitwise's Azure 2023 code and conversation traces):
+    ``arrived_at`` (s), ``num_prefill_tokens``, ``num_decode_tokens``."""
+    return _csv_trace(path, "arrived_at", "num_prefill_tokens", "num_decode_tokens",
+                      block_tokens, region)
+
+
 def load_trace(path: Path | str) -> Workload:
     """Pick the loader from the file: ``.jsonl`` is Mooncake, a CSV by its header."""
     path = Path(path)
@@ -159,7 +190,9 @@ def load_trace(path: Path | str) -> Workload:
         return load_azure(path)
     if "Request tokens" in header:
         return load_burstgpt(path)
-    raise ValueError(f"{path}: not a Mooncake JSONL, Azure CSV or BurstGPT CSV trace")
+    if "num_prefill_tokens" in header:
+        return load_vidur(path)
+    raise ValueError(f"{path}: not a Mooncake JSONL, Azure, BurstGPT or Vidur CSV trace")
 
 
 @dataclass(frozen=True)

@@ -91,6 +91,12 @@ def token_features(p: Point) -> tuple[float, ...]:
     return m.features(p.batch, p.batch, kv, 0.0, m.model.layers)
 
 
+def token_kv_read_s(p: Point) -> float:
+    """The token step's KV read at the roofline (a fixed term, not fitted)."""
+    m = _model(p.gpu, p.tp, UNIT)
+    return m.kv_read_s(p.batch * (p.prompt + p.output / 2.0), m.model.layers)
+
+
 def predict(p: Point, cal: Calibration | None = None) -> tuple[float, float]:
     """Modelled (prompt time, token time) of one configuration, seconds."""
     m = _model(p.gpu, p.tp, cal or Calibration.of(tb.profile_of(p.gpu)))
@@ -109,12 +115,13 @@ def fit(points: list[Point], iterations: int = 50, floor: float = 0.01,
     or more). Left out of the fit, not of the error table: Splitwise's two batch-64 prompt
     runs at TP 2 are about 12 times faster than their neighbours say, which no smooth model
     follows, and their pull at the edge of the data moved the rest."""
-    rows, target = [], []
+    rows, target, fixed = [], [], []
     for p in points:
         rows += [prompt_features(p), token_features(p)]
         target += [p.prompt_s, p.token_s]
-    x = np.array(rows) / np.array(target)[:, None]  # relative residuals: x @ c - 1
-    y = np.ones(len(target))
+        fixed += [0.0, token_kv_read_s(p)]
+    x = np.array(rows) / np.array(target)[:, None]  # relative residuals: x @ c - y
+    y = 1.0 - np.array(fixed) / np.array(target)  # the KV read is not fitted
     w = np.ones(len(target))
     active = np.ones(x.shape[1], dtype=bool)
     coef = np.zeros(x.shape[1])

@@ -5,16 +5,17 @@ One engine step of a micro-batch runs, on each of the ``pp`` pipeline stages, th
 
     mlp    = Vidur's measured non-attention operators at T tokens and degree tp (tables.py)
     comm   = 2 all-reduces of T x hidden x 2 bytes over tp GPUs (measured NCCL times)
-    attn   = attn_coef * C (2 c0 + C) / tp + K x kv_bytes_per_layer / (min(tp, kv_heads) x bw)
+    attn   = attn_coef * C (2 c0 + C) / tp
+    kv     = K x kv_bytes_per_layer / (min(tp, kv_heads) x bw)
 
 with T = B + C the batched tokens (B decoding sequences, C prefill tokens attending to c0
-tokens of context), K the KV tokens the decoding sequences read; the attention term is the
-existing calibrated model (hardware.py: the H200 fit's efficiencies on the spec sheets),
-split over tp. A stage's time is
+tokens of context), K the KV tokens the decoding sequences read; both attention terms are
+the existing calibrated model (hardware.py: the H200 fit's efficiencies on the spec
+sheets), split over tp. The KV read is not fitted (``kv_read_s`` says why). A stage's time is
 
     stage = n_layers x (per_layer + (tp - 1) x per_layer_rank)
           + (seqs x per_seq + prompts x per_prompt) x n_layers / L
-          + k_mlp x mlp + k_comm x comm + k_attn x attn
+          + k_mlp x mlp + k_comm x comm + k_attn x attn + kv
           + n_layers x max(0, T - 2048) x (tp - 1) x per_big_token_rank
 
 where the overheads (per layer, per extra rank and per sequence) and the three factors are
@@ -187,11 +188,7 @@ class ParallelStepModel:
         # the bandwidth part of the two all-reduces (their latency is in the overheads)
         comm_layer = 2.0 * tb.all_reduce_bw_ms(self.profile, act_bytes, tp) * 1e-3
         f_attn = acc.bf16_tflops * 1e12 * EFF_ATTENTION
-        bw = acc.bandwidth_tbs * 1e12 * EFF_MEMORY
-        kv_layer = m.kv_bytes_per_token / m.layers
-        attn_layer = 2.0 * m.hidden * attn_pairs / (f_attn * tp) + kv_tokens * kv_layer / (
-            bw * min(tp, m.kv_heads)
-        )
+        attn_layer = 2.0 * m.hidden * attn_pairs / (f_attn * tp)
         return (
             layers,
             layers * (tp - 1),
@@ -203,13 +200,26 @@ class ParallelStepModel:
             prompts * share,
         )
 
+    def kv_read_s(self, kv_tokens: float, layers: float) -> float:
+        """Decode attention's reads of ``kv_tokens`` of KV over ``layers`` layers, at the
+        memory roofline (hardware.py's measured efficiency), the KV heads split over tp.
+        Not fitted: Splitwise's token times barely move with the context (H100 TP 4, batch
+        1: 29.4 ms at 128 tokens, 29.6 at 8,192), so they cannot tell this term's factor;
+        a factor fitted together with prefill attention's came out 7.8 on the H100 and 0.35
+        on the A100, which made an H100 read long contexts slower than an A100."""
+        m = self.model
+        bw = self.spec.bandwidth_tbs * 1e12 * EFF_MEMORY
+        return layers * kv_tokens * (m.kv_bytes_per_token / m.layers) / (
+            bw * min(self.tp, m.kv_heads))
+
     def stage_s(
         self, tokens: float, seqs: float, kv_tokens: float, attn_pairs: float, prompts: float
     ) -> float:
         """Calibrated time of one stage's layers for one micro-batch."""
         layers = self.model.layers / self.pp
         f = self.features(tokens, seqs, kv_tokens, attn_pairs, layers, prompts)
-        return sum(c * x for c, x in zip(self.calibration.as_tuple(), f, strict=True))
+        return (sum(c * x for c, x in zip(self.calibration.as_tuple(), f, strict=True))
+                + self.kv_read_s(kv_tokens, layers))
 
     def hop_s(self, tokens: float) -> float:
         """Send/recv of a micro-batch's activations between two stages (measured)."""
