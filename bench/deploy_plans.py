@@ -2,7 +2,7 @@
 
     python bench/deploy_plans.py [--target targets/routing/deploy_instance] [--json FILE]
         [--budgets 1536 1792 ...] [--bisect-steps N] [--candidate NAME=plan.py[@K=V,...] ...]
-        [--trace ../shared/data/traces/mooncake_conversation.jsonl --windows 0 1800]
+        [--trace ../shared/data/traces/mooncake_conversation.jsonl ... --windows 0 1800]
 
 In-process (the seed and the baselines are the project's own files), the evaluator's
 settings, simulations and bisection; prints one table per workload and writes the figures
@@ -11,8 +11,9 @@ between the grid's points); ``--bisect-steps`` overrides the target's bisection 
 steps tell apart plans the target's resolution ties). ``--candidate`` adds a plan file (a
 night's winner, say) as a row, with module constants set after ``@`` (``@HOST_GIB_PER_GPU=0``
 takes one knob back); ``--trace`` adds held-out workloads: 600-second windows of a
-recorded trace starting at each of ``--windows`` (the trace is not part of the project; the
-bench stops with the reason when it is absent).
+recorded trace starting at each of ``--windows``, or with several traces their windows
+served together (a mix); the traces are not part of the project, and the bench stops with
+the reason when one is absent.
 """
 
 from __future__ import annotations
@@ -47,20 +48,24 @@ def main() -> None:
     ap.add_argument("--budgets", type=int, nargs="*", default=[])
     ap.add_argument("--bisect-steps", type=int, default=0)
     ap.add_argument("--candidate", nargs="*", default=[], metavar="NAME=PATH")
-    ap.add_argument("--trace", default="")
+    ap.add_argument("--trace", nargs="*", default=[])
     ap.add_argument("--windows", type=float, nargs="*", default=[0.0])
     args = ap.parse_args()
     overrides: dict = {"evaluator": {}}
     if args.bisect_steps:
         overrides["evaluator"]["bisect_steps"] = args.bisect_steps
     if args.trace:
-        trace = Path(args.trace).resolve()
-        if not trace.is_file():
-            sys.exit(f"--trace {args.trace}: no such file (traces are not part of the project)")
+        traces = [Path(t).resolve() for t in args.trace]
+        for given, trace in zip(args.trace, traces, strict=True):
+            if not trace.is_file():
+                sys.exit(f"--trace {given}: no such file (traces are not part of the project)")
         held = list(load_target(ROOT / args.target, ROOT).evaluator.get("held_out", []))
+        windows = [[{"kind": "trace", "path": str(t), "start_s": a, "end_s": a + 600.0}
+                    for t in traces] for a in args.windows]
         overrides["evaluator"]["held_out"] = held + [
-            {"name": f"trace-{a:g}s", "kind": "trace", "path": str(trace), "start_s": a,
-             "end_s": a + 600.0} for a in args.windows]
+            {"name": f"trace-{a:g}s", **parts[0]} if len(parts) == 1 else
+            {"name": f"traces-{a:g}s", "kind": "mix", "parts": parts}
+            for a, parts in zip(args.windows, windows, strict=True)]
     target = load_target(ROOT / args.target, ROOT, overrides)
     ev = DeployEvaluator(target)
     seed = _module(target.path / "plan.py")

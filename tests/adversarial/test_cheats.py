@@ -51,6 +51,7 @@ KINDS = {"function": "function", "routing": "routing", "speculative": "speculati
 # the least per target, and the kinds the suite must cover
 MINIMUM = {"function/topk_sampling": 9, "function/prefix_cache": 4, "routing/global": 5,
            "routing/scheduler": 2, "routing/deploy_instance": 4, "routing/deploy_mooncake": 2,
+           "routing/deploy_disaggregation": 3,
            "routing/coinfer_split": 3,
            "speculative/ngram": 5, "kernels/softmax": 5,
            "coinfer/codec": 4, "coinfer/codec_kv": 4}

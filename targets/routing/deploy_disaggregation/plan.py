@@ -21,21 +21,22 @@ GPU_BUDGET = 16
 # class, a 2,048-token budget per step, prefill and decode on the same instances.
 SEPARATE = 0  # knob: choices=[0, 1]
 # the instances that do both (SEPARATE = 0); REPLICAS = 0: as many as the budget holds
+# (tensor parallelism 2 cannot hold the model and one longest request: 4 at least)
 ACCELERATOR = "H100"  # knob: choices=["H100", "A100"]
-TP = 4  # knob: choices=[2, 4, 8]
-REPLICAS = 0  # knob: int 0..8
+TP = 4  # knob: choices=[4, 8]
+REPLICAS = 0  # knob: int 0..4
 BUDGET = 2048  # knob: int 256..8192 step 256
 MAX_SEQS = 256  # knob: choices=[32, 64, 128, 256, 512]
 # the prefill pool (SEPARATE = 1)
 PREFILL_ACCELERATOR = "H100"  # knob: choices=["H100", "A100"]
-PREFILL_TP = 4  # knob: choices=[2, 4, 8]
-PREFILL_REPLICAS = 2  # knob: int 1..8
+PREFILL_TP = 4  # knob: choices=[4, 8]
+PREFILL_REPLICAS = 2  # knob: int 1..4
 PREFILL_BUDGET = 4096  # knob: int 512..8192 step 512
-# the decode pool (SEPARATE = 1)
+# the decode pool (SEPARATE = 1); DECODE_REPLICAS = 0: as many as the GPUs left hold
 DECODE_ACCELERATOR = "H100"  # knob: choices=["H100", "A100"]
-DECODE_TP = 4  # knob: choices=[2, 4, 8]
+DECODE_TP = 4  # knob: choices=[4, 8]
 DECODE_PP = 1  # knob: choices=[1, 2]
-DECODE_REPLICAS = 2  # knob: int 1..8
+DECODE_REPLICAS = 0  # knob: int 0..4
 DECODE_MAX_SEQS = 256  # knob: choices=[32, 64, 128, 256, 512]
 
 
@@ -50,10 +51,12 @@ def plan():
         replicas = REPLICAS or max(1, GPU_BUDGET // TP)
         return {"classes": [{"prompt_tokens": [1, MAX_PROMPT],
                              **_engine(ACCELERATOR, TP, 1, replicas, BUDGET, MAX_SEQS)}]}
+    left = GPU_BUDGET - PREFILL_TP * PREFILL_REPLICAS
+    decode = DECODE_REPLICAS or max(1, left // (DECODE_TP * DECODE_PP))
     return {"classes": [{
         "prompt_tokens": [1, MAX_PROMPT],
         "prefill": _engine(PREFILL_ACCELERATOR, PREFILL_TP, 1, PREFILL_REPLICAS,
                            PREFILL_BUDGET, 256),
-        "decode": _engine(DECODE_ACCELERATOR, DECODE_TP, DECODE_PP, DECODE_REPLICAS, 2048,
+        "decode": _engine(DECODE_ACCELERATOR, DECODE_TP, DECODE_PP, decode, 2048,
                           DECODE_MAX_SEQS)}]}
 # EVOLVE-BLOCK-END
