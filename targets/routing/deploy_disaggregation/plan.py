@@ -17,46 +17,22 @@ GPU_BUDGET = 16
 
 # EVOLVE-BLOCK-START
 # The seed is vLLM's default deployment: the smallest tensor parallelism that holds the
-# model and one longest request on an H100, as many instances as the budget holds, one
-# class, a 2,048-token budget per step, prefill and decode on the same instances.
-SEPARATE = 0  # knob: choices=[0, 1]
-# the instances that do both (SEPARATE = 0); REPLICAS = 0: as many as the budget holds
-# (tensor parallelism 2 cannot hold the model and one longest request: 4 at least)
+# model and one longest request on an H100 (tensor parallelism 2 cannot: 4 at least), as
+# many instances as the budget holds, one class, a 2,048-token budget per step, prefill and
+# decode on the same instances. (starts/separate_pools.py starts from separate pools.)
 ACCELERATOR = "H100"  # knob: choices=["H100", "A100"]
 TP = 4  # knob: choices=[4, 8]
+# REPLICAS = 0: as many instances as the budget holds
 REPLICAS = 0  # knob: int 0..4
 BUDGET = 2048  # knob: int 256..8192 step 256
 MAX_SEQS = 256  # knob: choices=[32, 64, 128, 256, 512]
-# the prefill pool (SEPARATE = 1)
-PREFILL_ACCELERATOR = "H100"  # knob: choices=["H100", "A100"]
-PREFILL_TP = 4  # knob: choices=[4, 8]
-PREFILL_REPLICAS = 2  # knob: int 1..4
-PREFILL_BUDGET = 4096  # knob: int 512..8192 step 512
-# the decode pool (SEPARATE = 1); DECODE_REPLICAS = 0: as many as the GPUs left hold
-DECODE_ACCELERATOR = "H100"  # knob: choices=["H100", "A100"]
-DECODE_TP = 4  # knob: choices=[4, 8]
-DECODE_PP = 1  # knob: choices=[1, 2]
-DECODE_REPLICAS = 0  # knob: int 0..4
-DECODE_MAX_SEQS = 256  # knob: choices=[32, 64, 128, 256, 512]
-
-
-def _engine(accelerator, tp, pp, replicas, budget, max_seqs):
-    return {"accelerator": accelerator, "tp": tp, "pp": pp, "replicas": replicas,
-            "max_num_batched_tokens": budget, "max_num_seqs": min(max_seqs, budget),
-            "chunk": budget, "block_size": 16}
 
 
 def plan():
-    if not SEPARATE:
-        replicas = REPLICAS or max(1, GPU_BUDGET // TP)
-        return {"classes": [{"prompt_tokens": [1, MAX_PROMPT],
-                             **_engine(ACCELERATOR, TP, 1, replicas, BUDGET, MAX_SEQS)}]}
-    left = GPU_BUDGET - PREFILL_TP * PREFILL_REPLICAS
-    decode = DECODE_REPLICAS or max(1, left // (DECODE_TP * DECODE_PP))
-    return {"classes": [{
-        "prompt_tokens": [1, MAX_PROMPT],
-        "prefill": _engine(PREFILL_ACCELERATOR, PREFILL_TP, 1, PREFILL_REPLICAS,
-                           PREFILL_BUDGET, 256),
-        "decode": _engine(DECODE_ACCELERATOR, DECODE_TP, DECODE_PP, decode, 2048,
-                          DECODE_MAX_SEQS)}]}
+    replicas = REPLICAS or max(1, GPU_BUDGET // TP)
+    return {"classes": [{"prompt_tokens": [1, MAX_PROMPT], "accelerator": ACCELERATOR,
+                         "tp": TP, "pp": 1, "replicas": replicas,
+                         "max_num_batched_tokens": BUDGET,
+                         "max_num_seqs": min(MAX_SEQS, BUDGET), "chunk": BUDGET,
+                         "block_size": 16}]}
 # EVOLVE-BLOCK-END

@@ -164,18 +164,22 @@ def test_the_targets_baselines_are_splitwise_distserve_and_the_defaults() -> Non
 def test_the_targets_seed_and_separate_pools_through_the_sandbox(tmp_path: Path,
                                                                  mode_sandbox: Any) -> None:
     ev = get("routing")(load_target(TARGET, ROOT, FAST))
-    seed = (TARGET / "plan.py").read_text()
-    cand, ctx = candidate(tmp_path, mode_sandbox, "plan.py", seed)
+    cand, ctx = candidate(tmp_path, mode_sandbox, "plan.py", (TARGET / "plan.py").read_text())
     base = ev.evaluate(cand, ctx)
     assert base.state is CandidateState.VALID, base.reason
-    split = seed
-    for knob, value in [("SEPARATE", "1"), ("PREFILL_REPLICAS", "3"), ("DECODE_REPLICAS", "1"),
-                        ("PREFILL_BUDGET", "2048")]:
-        split = re.sub(rf"^{knob} = \S+", f"{knob} = {value}", split, flags=re.M)
+    start = (TARGET / "starts/separate_pools.py").read_text()
+    cand, ctx = candidate(tmp_path, mode_sandbox, "plan.py", start)
+    even = ev.evaluate(cand, ctx)
+    assert even.state is CandidateState.VALID, even.reason
+    # three prefill instances and the one decode instance the GPUs left hold serve the mix
+    # at a tight TBT: more than twice the seed's capacity per dollar (vLLM's 2,048-token
+    # steps stretch TBT), and more than the start's even split
+    split = re.sub(r"^PREFILL_REPLICAS = 2", "PREFILL_REPLICAS = 3", start, flags=re.M)
+    split = re.sub(r"^PREFILL_BUDGET = 4096", "PREFILL_BUDGET = 2048", split, flags=re.M)
     cand, ctx = candidate(tmp_path, mode_sandbox, "plan.py", split)
     res = ev.evaluate(cand, ctx)
     assert res.state is CandidateState.VALID, res.reason
-    # three prefill instances and one decode instance serve the mix at a tight TBT: more
-    # than twice the seed's capacity per dollar (vLLM's 2,048-token steps stretch TBT)
+    assert res.metrics["gpus"] == 16
     assert res.metrics["capacity_per_usd"] > 2 * base.metrics["capacity_per_usd"]
+    assert res.metrics["capacity_per_usd"] > even.metrics["capacity_per_usd"]
     assert res.metrics["tbt_p99_s"] <= 0.1
