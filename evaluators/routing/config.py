@@ -126,9 +126,16 @@ def _check_workload(raw: Any, key: str) -> None:
         if not isinstance(parts, list) or not parts:
             raise SettingsError("must be a non-empty list of workload tables", f"{key}.parts")
         for i, part in enumerate(parts):
+            where = f"{key}.parts[{i}]"
             if isinstance(part, Mapping) and part.get("kind") == "mix":
-                raise SettingsError("a mix's part cannot be a mix", f"{key}.parts[{i}].kind")
-            _check_workload(part, f"{key}.parts[{i}]")
+                raise SettingsError("a mix's part cannot be a mix", f"{where}.kind")
+            if isinstance(part, Mapping) and "at_s" in part:
+                at = part["at_s"]
+                if isinstance(at, bool) or not isinstance(at, int | float) or not 0 <= at < 1e7:
+                    raise SettingsError("must be seconds >= 0 (when the part starts)",
+                                        f"{where}.at_s")
+                part = {k: v for k, v in part.items() if k != "at_s"}
+            _check_workload(part, where)
     else:
         raise SettingsError(f"must be 'synthetic', 'profile', 'trace' or 'mix', not {kind!r}",
                             f"{key}.kind")
@@ -218,8 +225,13 @@ def build_workload(raw: Mapping[str, Any]) -> Workload:
                      float(raw.pop("rate_scale", 1.0)), parents=str(raw.pop("parents", "latest")))
         if raw:
             raise ValueError(f"workload: unknown profile key(s) {sorted(raw)}")
-    elif kind == "mix":  # one fleet serving several workloads at once
-        parts = [build_workload(part) for part in raw.pop("parts", [])]
+    elif kind == "mix":  # one fleet serving several workloads at once (or in turn: at_s)
+        parts = []
+        for part in raw.pop("parts", []):
+            part = dict(part)
+            at = float(part.pop("at_s", 0.0))
+            w = build_workload(part)
+            parts.append(replace(w, arrival=tuple(t + at for t in w.arrival)) if at else w)
         w = merge(parts, "+".join(p.name for p in parts))
         if raw:
             raise ValueError(f"workload: unknown mix key(s) {sorted(raw)}")
