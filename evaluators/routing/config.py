@@ -5,7 +5,10 @@
     workload = { kind = "synthetic", seed = 7, duration_s = 300, sessions_per_s = 2.0 }
              # or { kind = "trace", path = "../shared/data/traces/mooncake_conversation.jsonl",
              #      start_s = 0, end_s = 600, rate_scale = 1.0 }
-             # optional in both: regions = { us = 0.7, eu = 0.3 }
+             # or { kind = "profile", profile = "azure2023_code", seed = 3, duration_s = 300 }
+             # or { kind = "mix", parts = [<workloads>] }: served together, each part's
+             #      prefixes its own; a part's at_s = 200 starts it 200 s in
+             # optional in all but a mix: regions = { us = 0.7, eu = 0.3 }
     held_out = { seed = 8 }                  # overrides merged over `workload`
     check_requests = 200                     # accepted and ignored: every run is checked
                                              # whole now (older target files still load)

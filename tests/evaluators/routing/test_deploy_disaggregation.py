@@ -110,7 +110,12 @@ def test_the_workload_table_takes_a_mix_and_refuses_a_bad_one() -> None:
     one = build_workload(part)
     two = build_workload({**part, "seed": 2, "rate_scale": 2.0})
     assert len(w) == len(one) + len(two)
+    later = build_workload({"kind": "mix", "parts": [part, {**part, "seed": 2, "at_s": 30}]})
+    assert later.arrival[len(one):] == tuple(t + 30 for t in build_workload(
+        {**part, "seed": 2}).arrival)  # the second part follows the first
     for raw, where in [({"kind": "mix"}, "w.parts"), ({"kind": "mix", "parts": []}, "w.parts"),
+                       ({"kind": "mix", "parts": [{**part, "at_s": -1}]}, "w.parts[0].at_s"),
+                       ({"kind": "mix", "parts": [{**part, "at_s": True}]}, "w.parts[0].at_s"),
                        ({"kind": "mix", "parts": [part], "seed": 1}, "w.seed"),
                        ({"kind": "mix", "parts": [{"kind": "mix", "parts": [part]}]},
                         "w.parts[0].kind"),
