@@ -10,7 +10,7 @@ import logging
 import math
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,10 +114,18 @@ def select_winner(r: Run, c: Contest) -> dict[str, Any] | None:
     seed = archive.seed
     assert seed is not None
     contenders, tried, retries = _contenders(archive), set[str](), 0
+    refused: list[dict[str, float]] = []  # what the candidates a final check refused measured
     i = 0
     while i < len(contenders):
         best = contenders[i]
         tried.add(best.id)
+        if _measured(best) in refused:  # the same program in effect: refused alike
+            nxt = _next_of_structure(archive, best, tried, refused)
+            if nxt is not None:
+                contenders[i] = nxt
+                continue
+            i += 1
+            continue
         if not _beats_seed(target, seed, best):
             which = "best" if i == 0 else "next contender"
             r.say(
@@ -130,8 +138,12 @@ def select_winner(r: Run, c: Contest) -> dict[str, Any] | None:
             return won
         tried |= reduced
         # a program its final check found wrong says nothing of the next best one of its
-        # structure (a knob apart, often): that one is tried next, a few times a night
-        nxt = _next_of_structure(archive, best, tried)
+        # structure (a knob apart, often): that one is tried next, a few times a night,
+        # never one that measured exactly what a refused one did (a knob the plan does not
+        # use, a comment: the same program in effect)
+        if evidence.wrong:
+            refused.append(_measured(best))
+        nxt = _next_of_structure(archive, best, tried, refused)
         if evidence.wrong and retries < FINAL_CHECK_RETRIES and nxt is not None:
             retries += 1
             contenders.insert(i + 1, nxt)
@@ -209,13 +221,26 @@ def _won(r: Run, c: Contest, best: ArchiveEntry, evidence: Evidence) -> dict[str
     return winner
 
 
-def _next_of_structure(archive: Archive, entry: ArchiveEntry,
-                       tried: set[str]) -> ArchiveEntry | None:
-    """The best candidate of ``entry``'s structure not tried yet (never the seed)."""
+def _next_of_structure(archive: Archive, entry: ArchiveEntry, tried: set[str],
+                       refused: Sequence[Mapping[str, float]] = ()) -> ArchiveEntry | None:
+    """The best candidate of ``entry``'s structure not tried yet (never the seed), nor one
+    whose measurements equal a refused candidate's (:func:`_measured`)."""
     key = archive.structure_of.get(entry.id, entry.id)
     seed_id = archive.seed.id if archive.seed is not None else None
     return next((e for e in archive.ranked() if e.id not in tried and e.id != seed_id
-                 and archive.structure_of.get(e.id, e.id) == key), None)
+                 and archive.structure_of.get(e.id, e.id) == key
+                 and _measured(e) not in refused), None)
+
+
+def _measured(entry: ArchiveEntry) -> dict[str, float]:
+    """What an evaluation measured of a program, its stages' durations left out: equal for
+    two programs only when they behaved alike on every measured figure (a deterministic
+    target's plans that differ in a knob they do not use); a timed target's figures never
+    repeat exactly."""
+    figures = {k: v for k, v in entry.metrics.items() if not k.startswith("stage_s/")}
+    if not figures:  # nothing measured to compare: like no other
+        return {f"id {entry.id}": 0.0}
+    return figures | {f"objective {i}": v for i, v in enumerate(entry.objectives)}
 
 
 def best_contender(target: TargetSpec, archive: Archive) -> ArchiveEntry | None:
