@@ -3,9 +3,10 @@
 A :class:`Workload` is columns of equal length: arrival time (s), prompt and output length
 (tokens), the prompt's block hashes (one id per ``block_tokens`` full prompt block; equal
 ids mean an identical prefix up to and including that block, as in the Mooncake release),
-a session id and the client's region. Loaders read Mooncake JSONL, Azure CSV and BurstGPT
-CSV; the Azure and BurstGPT traces carry no prefix information, so every request gets
-private block ids and no prefix can be shared.
+a session id and the client's region. Loaders read Mooncake JSONL, Azure CSV, BurstGPT CSV
+and Vidur's processed traces; the CSV traces carry no prefix information, so every request
+gets private block ids and no prefix can be shared. :func:`merge` serves several workloads
+together (a mix).
 """
 
 from __future__ import annotations
