@@ -80,31 +80,33 @@ def _model(gpu: str, tp: int, cal: Calibration) -> ParallelStepModel:
 
 def prompt_features(p: Point) -> tuple[float, ...]:
     m = _model(p.gpu, p.tp, UNIT)
-    return m.features(
-        p.batch * p.prompt, p.batch, 0.0, p.batch * p.prompt**2, m.model.layers, p.batch
-    )
+    return m.features(p.batch * p.prompt, p.batch, p.batch * p.prompt**2, m.model.layers,
+                      p.batch)
 
 
 def token_features(p: Point) -> tuple[float, ...]:
     m = _model(p.gpu, p.tp, UNIT)
-    kv = p.batch * (p.prompt + p.output / 2.0)
-    return m.features(p.batch, p.batch, kv, 0.0, m.model.layers)
+    return m.features(p.batch, p.batch, 0.0, m.model.layers)
+
+
+def _token_kv(p: Point) -> float:
+    """KV tokens a token step reads: the batch at the token phase's mean context."""
+    return p.batch * (p.prompt + p.output / 2.0)
 
 
 def token_kv_read_s(p: Point) -> float:
     """The token step's KV read at the roofline (a fixed term, not fitted)."""
     m = _model(p.gpu, p.tp, UNIT)
-    return m.kv_read_s(p.batch * (p.prompt + p.output / 2.0), m.model.layers)
+    return m.kv_read_s(_token_kv(p), m.model.layers)
 
 
 def predict(p: Point, cal: Calibration | None = None) -> tuple[float, float]:
     """Modelled (prompt time, token time) of one configuration, seconds."""
     m = _model(p.gpu, p.tp, cal or Calibration.of(tb.profile_of(p.gpu)))
-    kv = p.batch * (p.prompt + p.output / 2.0)
     prompt_s = m.batch_s(
         0.0, p.batch * p.prompt, 0.0, p.batch * p.prompt**2, p.batch, p.batch
     )
-    token_s = m.batch_s(p.batch, 0.0, kv, 0.0, p.batch, 0.0)
+    token_s = m.batch_s(p.batch, 0.0, _token_kv(p), 0.0, p.batch, 0.0)
     return prompt_s, token_s
 
 

@@ -169,7 +169,6 @@ class ParallelStepModel:
         self,
         tokens: float,
         seqs: float,
-        kv_tokens: float,
         attn_pairs: float,
         layers: float,
         prompts: float = 0.0,
@@ -177,7 +176,8 @@ class ParallelStepModel:
         """Uncalibrated terms of ``layers`` layers, in the order of ``FEATURES``.
 
         ``seqs`` is the number of sequences in the step, ``prompts`` how many of them
-        prefill, ``attn_pairs`` the sum over prefill chunks of C (2 c0 + C).
+        prefill, ``attn_pairs`` the sum over prefill chunks of C (2 c0 + C). Decode's KV
+        read is not among them (:meth:`kv_read_s`).
         """
         m, tp, acc = self.model, self.tp, self.spec
         share = layers / m.layers
@@ -217,7 +217,7 @@ class ParallelStepModel:
     ) -> float:
         """Calibrated time of one stage's layers for one micro-batch."""
         layers = self.model.layers / self.pp
-        f = self.features(tokens, seqs, kv_tokens, attn_pairs, layers, prompts)
+        f = self.features(tokens, seqs, attn_pairs, layers, prompts)
         return (sum(c * x for c, x in zip(self.calibration.as_tuple(), f, strict=True))
                 + self.kv_read_s(kv_tokens, layers))
 

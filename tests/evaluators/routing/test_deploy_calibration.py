@@ -129,7 +129,7 @@ def test_tp1_pp1_is_close_to_the_calibrated_roofline():
     """One H100 serving Llama-3-8B: no collectives, times near hardware.py's roofline."""
     m = parallel_step_model("H100", LLAMA3_8B, tp=1)
     roof = step_model("H100")
-    assert m.features(2048, 1, 0.0, 0.0, 32)[4] == 0.0  # no all-reduce on one GPU
+    assert m.features(2048, 1, 0.0, 32)[4] == 0.0  # no all-reduce on one GPU
     # prefill: the roofline's fitted GEMM efficiency (0.568) is a lower bound on the time
     # of measured kernels plus an engine's overheads
     assert 1.0 <= m.prefill_s(2048) / roof.prefill_s(2048) <= 1.5
